@@ -1,0 +1,185 @@
+"""One memory file (MEMORY.md or USER.md) in the Hermes format, written safely.
+
+Entries are separated by a line holding only ``§``. Every change takes an exclusive file lock, re-reads the
+file under the lock (so a concurrent writer or a hand edit is never lost), writes a temp file, fsyncs it and
+swaps it in with ``os.replace``. A file that does not parse is backed up and left untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from ..errors import MemoryFileError
+
+__all__ = ["ENTRY_DELIMITER", "MemoryFile", "parse_entries", "render_entries", "format_usage"]
+
+ENTRY_DELIMITER = "\n§\n"
+_TMP_PREFIX = ".ironmem-tmp-"
+LOCK_TIMEOUT_S = 30.0
+
+
+def parse_entries(text: str) -> list[str]:
+    """Split file text into entries (Hermes rules: split on the delimiter, strip, drop empties)."""
+    return [part.strip() for part in text.split(ENTRY_DELIMITER) if part.strip()]
+
+
+def render_entries(entries: list[str]) -> str:
+    """The file text for ``entries``: exactly what Hermes writes (no trailing newline)."""
+    return ENTRY_DELIMITER.join(entries)
+
+
+def format_usage(used: int, limit: int) -> str:
+    """``"67% - 1,474/2,200 chars"``."""
+    pct = int(round(100 * used / limit)) if limit else 0
+    return f"{pct}% - {used:,}/{limit:,} chars"
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a memory file holds right now."""
+
+    entries: tuple[str, ...]
+    text: str
+    corrupt: str | None = None  # why the file could not be parsed; None when it is fine
+    backup: Path | None = None
+
+    @property
+    def chars(self) -> int:
+        return len(render_entries(list(self.entries)))
+
+
+class MemoryFile:
+    """A lock-protected, atomically written entry file.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> f = MemoryFile(pathlib.Path(tempfile.mkdtemp()) / "MEMORY.md", limit=2200)
+        >>> f.update(lambda entries: entries + ["likes tea"]).entries
+        ('likes tea',)
+    """
+
+    def __init__(self, path: Path, *, limit: int, state_dir: Path | None = None) -> None:
+        self.path = Path(path)
+        self.limit = limit
+        self.state_dir = state_dir or self.path.parent / ".ironmem"
+        self._lock = FileLock(str(self.state_dir / f"{self.path.name}.lock"), timeout=LOCK_TIMEOUT_S)
+        self._backed_up: dict[str, Path] = {}
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self) -> FileState:
+        """Read the file without locking (a reader sees either the old or the new file: writes are atomic)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return FileState((), "")
+        except OSError as exc:
+            return FileState((), "", corrupt=f"cannot read {self.path}: {exc.strerror or exc}")
+        return self._decode(raw)
+
+    def _decode(self, raw: bytes) -> FileState:
+        problem: str | None = None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"{self.path.name} is not valid UTF-8 (byte {exc.start})"
+            text = ""
+        else:
+            if "\x00" in text:
+                problem = f"{self.path.name} contains NUL bytes (byte {text.index(chr(0))}); it is not a text file"
+        if problem:
+            return FileState((), "", corrupt=problem, backup=self._backup(raw))
+        return FileState(tuple(parse_entries(text)), text)
+
+    def _backup(self, raw: bytes) -> Path:
+        """Copy an unparsable file aside once per distinct content, so the user can recover it."""
+        import hashlib
+
+        digest = hashlib.sha256(raw).hexdigest()[:12]
+        if digest in self._backed_up:
+            return self._backed_up[digest]
+        backup_dir = self.state_dir / "backups"
+        backup_dir.mkdir(parents=True, exist_ok=True)
+        target = backup_dir / f"{self.path.name}.{digest}.corrupt"
+        if not target.exists():
+            tmp = backup_dir / f"{_TMP_PREFIX}{target.name}"
+            tmp.write_bytes(raw)
+            os.replace(tmp, target)
+        self._backed_up[digest] = target
+        return target
+
+    # -- writing ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[FileState]:
+        """Hold the exclusive lock and yield the state re-read from disk under it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._clean_stray_temp_files()
+            yield self.read()
+
+    def update(self, change: Callable[[list[str]], list[str]]) -> FileState:
+        """Apply ``change`` to the current entries under the lock and write the result atomically.
+
+        ``change`` may raise to abort; nothing is written then. Returns the new state.
+        """
+        with self.locked() as state:
+            if state.corrupt:
+                raise MemoryFileError(
+                    f"{state.corrupt}. A copy is at {state.backup}. Fix or delete {self.path} and retry; "
+                    "ironmem will not overwrite a file it cannot parse."
+                )
+            new_entries = change(list(state.entries))
+            if list(new_entries) == list(state.entries):
+                return state
+            text = render_entries(list(new_entries))
+            self._write_atomic(text)
+            return FileState(tuple(new_entries), text)
+
+    def write_entries(self, entries: list[str]) -> None:
+        """Write ``entries`` atomically. Call only inside :meth:`locked`."""
+        self._write_atomic(render_entries(entries))
+
+    def _write_atomic(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(OSError):
+                shutil.copymode(self.path, tmp_name)
+            os.replace(tmp_name, self.path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            if isinstance(exc, OSError):
+                raise MemoryFileError(
+                    f"could not write {self.path}: {exc.strerror or exc}. The previous file is intact; "
+                    "free disk space or fix permissions and retry."
+                ) from exc
+            raise
+        self._fsync_dir()
+
+    def _fsync_dir(self) -> None:
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def _clean_stray_temp_files(self) -> None:
+        """Remove temp files a killed writer left behind. Safe: we hold the lock, so no writer is mid-write."""
+        pattern = f"{_TMP_PREFIX}{self.path.name}.*"
+        for stray in self.path.parent.glob(pattern):
+            with contextlib.suppress(OSError):
+                stray.unlink()
+
