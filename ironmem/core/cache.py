@@ -1,0 +1,818 @@
+"""Prefix-cache simulator: replay token sequences under a provider's caching rules, prices and TTLs.
+
+A :class:`PrefixCacheSimulator` keeps the cache state between requests; each :meth:`~PrefixCacheSimulator.request`
+returns a :class:`CacheOutcome` (cached, uncached and cache-write tokens, cost, estimated time to first token).
+
+Policies (one class per provider, facts and prices as data in :data:`PRICES`, overridable):
+
+- :class:`OpenAIPolicy` - automatic; prompts of >= 1,024 tokens; the cached prefix grows in 128-token steps
+  (1,024, 1,152, 1,280, ...); cached input at a per-model discount; entries expire after a period of inactivity.
+- :class:`AnthropicPolicy` - explicit ``cache_control`` breakpoints (at most 4, more raises); per-model minimum
+  cacheable length; writes cost 1.25x (5-minute TTL) or 2x (1-hour TTL), reads 0.1x; a read happens only at a
+  prefix that an earlier request wrote (at one of its breakpoints) within the TTL.
+- :class:`GeminiPolicy` - implicit caching, token-level prefix match above a per-model minimum.
+- :class:`DeepSeekPolicy` - context caching on disk in fixed 64-token prefix units.
+- :class:`VLLMPolicy` - automatic prefix caching in full blocks (16 tokens by default), each block hashed together
+  with its parent block's hash, LRU eviction when the pool holds ``capacity_blocks`` blocks.
+
+What is NOT modelled: OpenAI's routing (requests are routed by a hash of about the first 256 tokens plus
+``prompt_cache_key``; above ~15 requests per minute per prefix some overflow to machines without the cache); cache
+eviction under provider load (entries may vanish before the TTL); Anthropic's 20-block lookback limit (see
+:class:`AnthropicPolicy`); mixed TTLs within one Anthropic request. Hosted caches are best-effort: treat the
+simulator's numbers as the upper bound a well-routed session reaches.
+
+Example:
+    >>> sim = PrefixCacheSimulator(OpenAIPolicy(model="gpt-4o"))
+    >>> first = sim.request(list(range(1500)), at=0)
+    >>> second = sim.request(list(range(1300)) + [-1] * 200, at=30)
+    >>> first.cached_tokens, second.cached_tokens
+    (0, 1280)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from abc import ABC, abstractmethod
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ModelPrice",
+    "PriceTable",
+    "PRICES",
+    "TTFTModel",
+    "CacheOutcome",
+    "SimulationSummary",
+    "CachePolicy",
+    "OpenAIPolicy",
+    "AnthropicPolicy",
+    "GeminiPolicy",
+    "DeepSeekPolicy",
+    "VLLMPolicy",
+    "PrefixCacheSimulator",
+    "theoretical_max_cached",
+    "ANTHROPIC_MAX_BREAKPOINTS",
+]
+
+ANTHROPIC_MAX_BREAKPOINTS = 4
+
+
+# ------------------------------------------------------------------------------------------------
+# Prices and facts, as data
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelPrice:
+    """One model's caching facts and input price.
+
+    ``cached_multiplier`` is the price of a cached (read) input token relative to ``input_per_mtok``.
+    ``write_multiplier_5m`` / ``write_multiplier_1h`` price cache writes (Anthropic; 1.0 elsewhere).
+    ``as_of`` and ``source`` say where each figure comes from and when it was checked.
+
+    Example:
+        >>> ModelPrice("openai", "my-model", 1.0, 0.5, 1024).cached_per_mtok
+        0.5
+    """
+
+    provider: str
+    model: str
+    input_per_mtok: float
+    cached_multiplier: float
+    min_cacheable_tokens: int
+    write_multiplier_5m: float = 1.0
+    write_multiplier_1h: float = 1.0
+    as_of: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.input_per_mtok < 0:
+            raise ValueError(f"input_per_mtok must be >= 0 for {self.model!r}, got {self.input_per_mtok!r}")
+        if not 0 <= self.cached_multiplier <= 1:
+            raise ValueError(
+                f"cached_multiplier is the cached price relative to the input price (0..1) for {self.model!r}, "
+                f"got {self.cached_multiplier!r}"
+            )
+        if self.min_cacheable_tokens < 0:
+            raise ValueError(f"min_cacheable_tokens must be >= 0 for {self.model!r}")
+
+    @property
+    def cached_per_mtok(self) -> float:
+        return self.input_per_mtok * self.cached_multiplier
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_OPENAI_CACHING = (
+    "https://developers.openai.com/api/docs/guides/prompt-caching (>= 1,024 tokens, routing on ~first 256 "
+    "tokens) and https://cookbook.openai.com Prompt_Caching_201 (hits in 128-token increments)"
+)
+_OPENAI_PRICES = (
+    "https://developers.openai.com/api/docs/pricing - read through public transcriptions of that page "
+    "(chatgptpricing-akr.pages.dev, tokenmath.io 'verified 2026-06-21'); the official page itself was not "
+    "retrievable from this environment"
+)
+_ANTHROPIC_PRICES = "https://platform.claude.com/docs/en/about-claude/pricing (model pricing table)"
+_ANTHROPIC_MIN = (
+    "https://platform.claude.com/docs/en/build-with-claude/prompt-caching (minimum cacheable length, as quoted in "
+    "anthropics/anthropic-sdk-python#1194)"
+)
+_GEMINI_MIN = (
+    "https://ai.google.dev/gemini-api/docs/caching (implicit caching minimums; the page dated 2026-10 says 2,048 "
+    "for 2.5 Flash and 2.5 Pro, older versions said 1,024 / 4,096)"
+)
+_GEMINI_PRICE = (
+    "https://ai.google.dev/gemini-api/docs/pricing - UNVERIFIED here: input price and the 90% implicit-cache "
+    "discount are from memory of that page, not from a copy read in this environment; override if it matters"
+)
+_DEEPSEEK = (
+    "https://api-docs.deepseek.com/quick_start/pricing-details-usd (deepseek-chat, DeepSeek-V3 era: $0.27 miss, "
+    "$0.07 hit) and https://api-docs.deepseek.com/news/news0802 ('64 tokens as a storage unit'). DeepSeek's later "
+    "docs describe per-request 'cache prefix units' instead; not modelled"
+)
+_VLLM = "https://docs.vllm.ai/en/latest/design/prefix_caching/ (self-hosted: no per-token price)"
+
+#: Date the figures below were checked (against stored copies of the sources).
+_CHECKED = "2026-11-29"
+
+
+def _openai(model: str, price: float, cached: float, note: str = "") -> ModelPrice:
+    return ModelPrice(
+        "openai", model, price, cached / price, 1024, as_of=_CHECKED,
+        source=f"price ${price}/MTok, cached ${cached}/MTok: {_OPENAI_PRICES}; caching rules: {_OPENAI_CACHING}{note}",
+    )
+
+
+def _anthropic(model: str, price: float, minimum: int) -> ModelPrice:
+    return ModelPrice(
+        "anthropic", model, price, 0.1, minimum, 1.25, 2.0, as_of=_CHECKED,
+        source=f"price ${price}/MTok, writes 1.25x (5m) / 2x (1h), hits 0.1x: {_ANTHROPIC_PRICES}; "
+        f"minimum {minimum:,} tokens: {_ANTHROPIC_MIN}",
+    )
+
+
+DEFAULT_PRICES: tuple[ModelPrice, ...] = (
+    _openai("gpt-4o", 2.50, 1.25),
+    _openai("gpt-4o-mini", 0.15, 0.075),
+    _openai("gpt-4.1", 2.00, 0.50),
+    _openai("gpt-4.1-mini", 0.40, 0.10),
+    _openai("gpt-5", 1.25, 0.125),
+    _openai("gpt-5-mini", 0.25, 0.025),
+    _anthropic("claude-opus-4-6", 5.0, 4096),
+    _anthropic("claude-opus-4-5", 5.0, 4096),
+    _anthropic("claude-opus-4-1", 15.0, 1024),
+    _anthropic("claude-sonnet-4-6", 3.0, 1024),
+    _anthropic("claude-sonnet-4-5", 3.0, 1024),
+    _anthropic("claude-sonnet-4", 3.0, 1024),
+    _anthropic("claude-haiku-4-5", 1.0, 4096),
+    _anthropic("claude-3-5-haiku", 0.80, 2048),
+    ModelPrice("gemini", "gemini-2.5-flash", 0.30, 0.1, 2048, as_of=_CHECKED,
+               source=f"minimum: {_GEMINI_MIN}; price: {_GEMINI_PRICE}"),
+    ModelPrice("gemini", "gemini-2.5-pro", 1.25, 0.1, 2048, as_of=_CHECKED,
+               source=f"minimum: {_GEMINI_MIN}; price (prompts <= 200k tokens): {_GEMINI_PRICE}"),
+    ModelPrice("deepseek", "deepseek-chat", 0.27, 0.07 / 0.27, 64, as_of=_CHECKED, source=_DEEPSEEK),
+    ModelPrice("vllm", "*", 0.0, 0.0, 16, as_of=_CHECKED, source=_VLLM),
+)
+
+
+class PriceTable:
+    """Model facts and prices, looked up by provider and model name; copy-on-override.
+
+    A dated snapshot name (``gpt-4o-2024-08-06``, ``claude-sonnet-4-5-20250929``) finds its base row. A row with
+    model ``"*"`` matches any model of that provider.
+
+    Example:
+        >>> table = PRICES.override("openai", "gpt-4o", input_per_mtok=2.0)
+        >>> table.get("openai", "gpt-4o-2024-08-06").input_per_mtok
+        2.0
+        >>> PRICES.get("openai", "gpt-4o").input_per_mtok  # the default table is unchanged
+        2.5
+    """
+
+    def __init__(self, rows: Iterable[ModelPrice] = DEFAULT_PRICES) -> None:
+        self._rows: dict[tuple[str, str], ModelPrice] = {}
+        for row in rows:
+            if not isinstance(row, ModelPrice):
+                raise TypeError(f"PriceTable rows must be ModelPrice, got {type(row).__name__}")
+            self._rows[(row.provider, row.model)] = row
+
+    def get(self, provider: str, model: str) -> ModelPrice:
+        """The row for ``model`` (exact name, else the longest base name it starts with, else ``"*"``)."""
+        if (provider, model) in self._rows:
+            return self._rows[(provider, model)]
+        best: ModelPrice | None = None
+        for (p, name), row in self._rows.items():
+            if p == provider and model.startswith(name + "-") and (best is None or len(name) > len(best.model)):
+                best = row
+        if best is None:
+            best = self._rows.get((provider, "*"))
+        if best is None:
+            known = ", ".join(name for p, name in self._rows if p == provider) or "none"
+            raise KeyError(
+                f"no price for {provider} model {model!r} (known: {known}). Pass price=ModelPrice(...) to the "
+                "policy, or add a row with PRICES.with_rows(ModelPrice(...))"
+            )
+        return best
+
+    def with_rows(self, *rows: ModelPrice) -> PriceTable:
+        """A new table with ``rows`` added or replacing rows of the same provider and model."""
+        return PriceTable([*self._rows.values(), *rows])
+
+    def override(self, provider: str, model: str, **changes: Any) -> PriceTable:
+        """A new table where one row has some fields changed (``input_per_mtok=...``, ``source=...``)."""
+        row = self.get(provider, model)
+        return self.with_rows(dataclasses.replace(row, **changes))
+
+    def rows(self, provider: str | None = None) -> list[ModelPrice]:
+        return [row for row in self._rows.values() if provider is None or row.provider == provider]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._rows.values())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+#: The default price table. Override per policy (``price=``/``prices=``) or build a new table.
+PRICES = PriceTable()
+
+
+# ------------------------------------------------------------------------------------------------
+# Time to first token
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TTFTModel:
+    """A simple time-to-first-token estimate: ``overhead_s + uncached / prefill_tps + cached / cached_tps``.
+
+    The defaults are illustrative round numbers, not measurements: 0.35 s of network and queueing overhead, prefill
+    of uncached tokens at 4,000 tokens/s, cached tokens loaded at 40,000 tokens/s (10x faster, in line with the
+    providers' "up to 80% lower latency" claims for long cached prompts). Supply measured values for your stack.
+    """
+
+    overhead_s: float = 0.35
+    prefill_tokens_per_s: float = 4_000.0
+    cached_tokens_per_s: float = 40_000.0
+
+    def estimate(self, uncached_tokens: int, cached_tokens: int) -> float:
+        return (
+            self.overhead_s
+            + uncached_tokens / self.prefill_tokens_per_s
+            + cached_tokens / self.cached_tokens_per_s
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Outcomes
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CacheOutcome:
+    """One request's result. ``cached_tokens + uncached_tokens == total_tokens``.
+
+    ``cache_write_tokens`` is the part of ``uncached_tokens`` written to the cache at a premium (Anthropic); it is 0
+    for providers without a write price.
+    """
+
+    at: float
+    total_tokens: int
+    cached_tokens: int
+    uncached_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    cost_without_cache_usd: float
+    ttft_s: float
+    ttft_without_cache_s: float
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.total_tokens if self.total_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "hit_rate": self.hit_rate}
+
+
+@dataclass(frozen=True)
+class SimulationSummary:
+    """Totals over every request a simulator has seen."""
+
+    policy: str
+    requests: int
+    input_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    cost_without_cache_usd: float
+    mean_ttft_s: float
+    mean_ttft_without_cache_s: float
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def savings(self) -> float:
+        """Fraction of the no-cache input cost saved (negative when write premiums outweigh the reads)."""
+        return 1 - self.cost_usd / self.cost_without_cache_usd if self.cost_without_cache_usd else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "cached_share": self.cached_share, "savings": self.savings}
+
+
+# ------------------------------------------------------------------------------------------------
+# Hashing helpers
+# ------------------------------------------------------------------------------------------------
+def _block_hashes(tokens: Sequence[int], unit: int) -> list[int]:
+    """Hash of every full ``unit``-token prefix, each chained on its parent's hash (vLLM style)."""
+    out: list[int] = []
+    parent = 0
+    for start in range(0, len(tokens) - unit + 1, unit):
+        parent = hash((parent, tuple(tokens[start : start + unit])))
+        out.append(parent)
+    return out
+
+
+def _digest(tokens: Sequence[int]) -> bytes:
+    return hashlib.blake2b(array("q", tokens).tobytes(), digest_size=16).digest()
+
+
+def _check_tokens(tokens: Sequence[int]) -> list[int]:
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("request() takes a sequence of token ids (ints), not text; encode it with TokenCounter first")
+    out = list(tokens)
+    if out and not all(isinstance(t, int) for t in out):
+        raise TypeError("request() takes a sequence of token ids (ints)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Policies
+# ------------------------------------------------------------------------------------------------
+class CachePolicy(ABC):
+    """How one provider caches prefixes and prices input. Subclasses implement :meth:`lookup`.
+
+    A policy is stateless; the simulator holds the state it creates with :meth:`new_state`.
+    """
+
+    provider: str = ""
+    #: Whether the provider needs explicit breakpoints (Anthropic) or caches automatically.
+    explicit: bool = False
+
+    def __init__(self, price: ModelPrice, ttft: TTFTModel | None = None) -> None:
+        self.price = price
+        self.ttft = ttft or TTFTModel()
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}:{self.price.model}"
+
+    @property
+    def min_tokens(self) -> int:
+        return self.price.min_cacheable_tokens
+
+    @abstractmethod
+    def new_state(self) -> Any:
+        """Fresh, empty cache state."""
+
+    @abstractmethod
+    def lookup(self, state: Any, tokens: list[int], at: float, breakpoints: list[int] | None) -> tuple[int, int]:
+        """Serve one request: return ``(cached_tokens, cache_write_tokens)`` and update ``state``."""
+
+    @abstractmethod
+    def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
+        """The most this policy can serve from cache for a prompt of ``total_tokens`` whose first
+        ``shared_tokens`` were seen before (granularity and minimum applied; breakpoints and expiry ignored)."""
+
+    def write_multiplier(self) -> float:
+        return 1.0
+
+    def cost(self, total: int, cached: int, written: int) -> float:
+        """Input cost in USD."""
+        p = self.price
+        plain = total - cached - written
+        return (plain + cached * p.cached_multiplier + written * self.write_multiplier()) * p.input_per_mtok / 1e6
+
+    def describe(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+class _ImplicitPrefixPolicy(CachePolicy):
+    """Automatic caching of prefixes in ``unit``-token steps above ``min_tokens``, with an inactivity TTL."""
+
+    unit: int = 1
+    idle_ttl_s: float = 300.0
+
+    def new_state(self) -> dict[int, float]:
+        return {}  # prefix hash -> last use
+
+    def lookup(self, state: dict[int, float], tokens: list[int], at: float,
+               breakpoints: list[int] | None) -> tuple[int, int]:
+        if len(tokens) < self.min_tokens:
+            return 0, 0  # too short to be cached at all: nothing read, nothing stored
+        hashes = _block_hashes(tokens, self.unit)
+        cached = 0
+        for i, h in enumerate(hashes):
+            seen = state.get(h)
+            if seen is None or at - seen > self.idle_ttl_s:
+                break
+            end = (i + 1) * self.unit
+            if end >= self.min_tokens:
+                cached = end
+        for h in hashes:
+            state[h] = at
+        if len(state) > 200_000:  # drop expired entries now and then
+            for h in [h for h, seen in state.items() if at - seen > self.idle_ttl_s]:
+                del state[h]
+        return cached, 0
+
+    def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
+        if total_tokens < self.min_tokens:
+            return 0
+        cached = (min(shared_tokens, total_tokens) // self.unit) * self.unit
+        return cached if cached >= self.min_tokens else 0
+
+
+class OpenAIPolicy(_ImplicitPrefixPolicy):
+    """OpenAI automatic prompt caching.
+
+    Prompts of at least 1,024 tokens are cached; a hit covers the longest cached prefix in 128-token steps
+    (1,024, 1,152, 1,280, ...). Cached input costs ``cached_multiplier`` of the input price (50% for gpt-4o, 25%
+    for gpt-4.1, 10% for the gpt-5 family). ``retention="in_memory"`` expires a prefix after ``idle_ttl_s`` of
+    inactivity (OpenAI: "typically 5 to 10 minutes", at most an hour; default 300 s, the pessimistic end);
+    ``retention="24h"`` keeps it for 24 hours.
+
+    Example:
+        >>> policy = OpenAIPolicy(model="gpt-4.1")
+        >>> policy.price.cached_multiplier
+        0.25
+    """
+
+    provider = "openai"
+    unit = 128
+
+    def __init__(
+        self,
+        model: str = "gpt-4o",
+        *,
+        retention: str = "in_memory",
+        idle_ttl_s: float | None = None,
+        price: ModelPrice | None = None,
+        prices: PriceTable | None = None,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        if retention not in ("in_memory", "24h"):
+            raise ValueError(f"retention must be 'in_memory' or '24h' (OpenAI's prompt_cache_retention), got {retention!r}")
+        super().__init__(price or (prices or PRICES).get("openai", model), ttft)
+        self.model = model
+        self.retention = retention
+        self.idle_ttl_s = float(idle_ttl_s) if idle_ttl_s is not None else (300.0 if retention == "in_memory" else 86_400.0)
+
+    def describe(self) -> str:
+        return f"OpenAI {self.model} (>= {self.min_tokens:,} tokens, {self.unit}-token steps, cached x{self.price.cached_multiplier:g}, idle TTL {self.idle_ttl_s:g}s)"
+
+
+class GeminiPolicy(_ImplicitPrefixPolicy):
+    """Gemini implicit caching: automatic, token-level prefix match once a prompt reaches the model's minimum.
+
+    Google does not publish the match granularity or the lifetime; this policy matches at token level and expires
+    a prefix after ``idle_ttl_s`` (default 300 s, an assumption: Google says only "send requests with a similar
+    prefix in a short amount of time").
+    """
+
+    provider = "gemini"
+    unit = 1
+
+    def __init__(
+        self,
+        model: str = "gemini-2.5-flash",
+        *,
+        idle_ttl_s: float = 300.0,
+        price: ModelPrice | None = None,
+        prices: PriceTable | None = None,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        super().__init__(price or (prices or PRICES).get("gemini", model), ttft)
+        self.model = model
+        self.idle_ttl_s = float(idle_ttl_s)
+
+    def describe(self) -> str:
+        return f"Gemini {self.model} (implicit, >= {self.min_tokens:,} tokens, cached x{self.price.cached_multiplier:g})"
+
+
+class DeepSeekPolicy(_ImplicitPrefixPolicy):
+    """DeepSeek context caching on disk: prefixes stored in fixed units (64 tokens); shorter content is not cached.
+
+    Entries are cleared "within a few hours to a few days" of last use; ``idle_ttl_s`` defaults to 4 hours.
+    """
+
+    provider = "deepseek"
+
+    def __init__(
+        self,
+        model: str = "deepseek-chat",
+        *,
+        unit: int = 64,
+        idle_ttl_s: float = 4 * 3600.0,
+        price: ModelPrice | None = None,
+        prices: PriceTable | None = None,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        if unit < 1:
+            raise ValueError(f"unit must be >= 1 token, got {unit!r}")
+        super().__init__(price or (prices or PRICES).get("deepseek", model), ttft)
+        self.model = model
+        self.unit = unit
+        self.idle_ttl_s = float(idle_ttl_s)
+
+    def describe(self) -> str:
+        return f"DeepSeek {self.model} ({self.unit}-token units, cached x{self.price.cached_multiplier:.3g})"
+
+
+class AnthropicPolicy(CachePolicy):
+    """Anthropic prompt caching with explicit ``cache_control`` breakpoints.
+
+    ``breakpoints`` are prefix lengths in tokens (a breakpoint at 1,500 caches the first 1,500 tokens); a request
+    may carry at most 4 (more raises ``ValueError``, as the API rejects the request). A breakpoint whose prefix is
+    shorter than the model's minimum caches nothing. A request without breakpoints reads and writes nothing.
+
+    Per breakpoint: if an earlier request wrote a prefix that this request starts with, that ends at or before the
+    breakpoint, and whose TTL has not run out, the longest such prefix is read (0.1x) and its TTL refreshed;
+    everything from there up to the last eligible breakpoint is written (1.25x for ``ttl="5m"``, 2x for
+    ``ttl="1h"``). The rest is plain input.
+
+    Lookback: the API checks for hits at earlier content-block boundaries, up to about 20 blocks before each
+    breakpoint. A token sequence has no blocks, so with ``lookback=True`` (default) any earlier-written prefix that
+    ends at or before a breakpoint counts, however far back; with ``lookback=False`` only a prefix ending exactly at
+    one of this request's breakpoints is read. In a chat whose breakpoint is on the last message, the previous
+    turn's breakpoint is two blocks back, well inside the real window.
+
+    Example:
+        >>> sim = PrefixCacheSimulator(AnthropicPolicy(model="claude-sonnet-4-5"))
+        >>> sim.request(list(range(2000)), at=0, breakpoints=[2000]).cache_write_tokens
+        2000
+        >>> sim.request(list(range(2500)), at=60, breakpoints=[2500]).cached_tokens
+        2000
+    """
+
+    provider = "anthropic"
+    explicit = True
+
+    def __init__(
+        self,
+        model: str = "claude-sonnet-4-5",
+        *,
+        ttl: str = "5m",
+        lookback: bool = True,
+        price: ModelPrice | None = None,
+        prices: PriceTable | None = None,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        if ttl not in ("5m", "1h"):
+            raise ValueError(f"ttl must be '5m' or '1h' (Anthropic's cache_control ttl), got {ttl!r}")
+        super().__init__(price or (prices or PRICES).get("anthropic", model), ttft)
+        self.model = model
+        self.ttl = ttl
+        self.ttl_s = 300.0 if ttl == "5m" else 3600.0
+        self.lookback = lookback
+
+    def new_state(self) -> dict[tuple[int, bytes], float]:
+        return {}  # (prefix length, digest) -> expires at
+
+    def write_multiplier(self) -> float:
+        return self.price.write_multiplier_5m if self.ttl == "5m" else self.price.write_multiplier_1h
+
+    def lookup(self, state: dict[tuple[int, bytes], float], tokens: list[int], at: float,
+               breakpoints: list[int] | None) -> tuple[int, int]:
+        points = self._check_breakpoints(breakpoints, len(tokens))
+        eligible = [b for b in points if b >= self.min_tokens]
+        if not eligible:
+            return 0, 0
+        cached = 0
+        hit_key: tuple[int, bytes] | None = None
+        written_lengths = sorted({length for length, _ in state}, reverse=True)
+        for b in eligible:
+            candidates = [n for n in written_lengths if n <= b] if self.lookback else [b]
+            for n in candidates:
+                if n <= cached:
+                    break
+                key = (n, _digest(tokens[:n]))
+                expires = state.get(key)
+                if expires is not None and at <= expires:
+                    cached, hit_key = n, key
+                    break
+        if hit_key is not None:
+            state[hit_key] = at + self.ttl_s  # a hit refreshes the entry
+        write_end = 0
+        for b in eligible:
+            key = (b, _digest(tokens[:b]))
+            if b > cached:
+                write_end = b
+            state[key] = at + self.ttl_s  # written now, or refreshed when it was the hit
+        for key in [k for k, expires in state.items() if at > expires]:
+            del state[key]
+        return cached, max(0, write_end - cached)
+
+    def _check_breakpoints(self, breakpoints: list[int] | None, length: int) -> list[int]:
+        if not breakpoints:
+            return []
+        points = sorted(set(int(b) for b in breakpoints))
+        if len(breakpoints) > ANTHROPIC_MAX_BREAKPOINTS:
+            raise ValueError(
+                f"Anthropic allows at most {ANTHROPIC_MAX_BREAKPOINTS} cache_control breakpoints per request, got "
+                f"{len(breakpoints)}; keep the ones at the end of tools/system and on the latest message"
+            )
+        for b in points:
+            if not 0 < b <= length:
+                raise ValueError(
+                    f"breakpoint {b} is outside the prompt (1..{length}); a breakpoint is the length of the "
+                    "prefix to cache, in tokens"
+                )
+        return points
+
+    def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
+        shared = min(shared_tokens, total_tokens)
+        return shared if shared >= self.min_tokens else 0
+
+    def describe(self) -> str:
+        return (
+            f"Anthropic {self.model} (breakpoints, >= {self.min_tokens:,} tokens, TTL {self.ttl}, "
+            f"write x{self.write_multiplier():g}, read x{self.price.cached_multiplier:g})"
+        )
+
+
+class VLLMPolicy(CachePolicy):
+    """vLLM automatic prefix caching.
+
+    The prompt is split into ``block_size``-token blocks; only full blocks are cached, each identified by its
+    tokens and its parent block's hash, so a block hits only if every block before it hits too. When every block
+    of a prompt hits, the last one is recomputed (vLLM needs at least one token to compute), so a hit is at most
+    ``len - 1`` tokens rounded down to whole blocks. With ``capacity_blocks`` set, the pool holds at most that many
+    cached blocks and evicts the least recently used first (within one request, its tail blocks before its head,
+    as vLLM frees blocks in reverse order). There is no per-token price: ``compute_cost_per_mtok`` is an optional
+    proxy charged per uncached token (default 0).
+
+    Example:
+        >>> sim = PrefixCacheSimulator(VLLMPolicy(block_size=16))
+        >>> _ = sim.request(list(range(40)))
+        >>> sim.request(list(range(40)) + [7, 7]).cached_tokens  # two full blocks of the shared 40 tokens
+        32
+    """
+
+    provider = "vllm"
+
+    def __init__(
+        self,
+        block_size: int = 16,
+        capacity_blocks: int | None = None,
+        *,
+        compute_cost_per_mtok: float = 0.0,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size!r}")
+        if capacity_blocks is not None and capacity_blocks < 1:
+            raise ValueError(f"capacity_blocks must be >= 1 or None (unbounded), got {capacity_blocks!r}")
+        base = PRICES.get("vllm", "*")
+        price = dataclasses.replace(base, input_per_mtok=float(compute_cost_per_mtok), min_cacheable_tokens=block_size)
+        super().__init__(price, ttft or TTFTModel(overhead_s=0.02))
+        self.block_size = block_size
+        self.capacity_blocks = capacity_blocks
+
+    @property
+    def name(self) -> str:
+        return f"vllm:block{self.block_size}"
+
+    def new_state(self) -> OrderedDict[int, None]:
+        return OrderedDict()  # block hash, least recently used first
+
+    def lookup(self, state: OrderedDict[int, None], tokens: list[int], at: float,
+               breakpoints: list[int] | None) -> tuple[int, int]:
+        hashes = _block_hashes(tokens, self.block_size)
+        hits = 0
+        for h in hashes:
+            if h not in state:
+                break
+            hits += 1
+        max_blocks = (len(tokens) - 1) // self.block_size if tokens else 0
+        cached = min(hits, max_blocks) * self.block_size
+        for h in reversed(hashes):  # head ends most recent, tail least recent
+            state[h] = None
+            state.move_to_end(h)
+        if self.capacity_blocks is not None:
+            while len(state) > self.capacity_blocks:
+                state.popitem(last=False)
+        return cached, 0
+
+    def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
+        max_blocks = (total_tokens - 1) // self.block_size if total_tokens else 0
+        return min(min(shared_tokens, total_tokens) // self.block_size, max_blocks) * self.block_size
+
+    def describe(self) -> str:
+        cap = "unbounded" if self.capacity_blocks is None else f"{self.capacity_blocks:,} blocks"
+        return f"vLLM (block {self.block_size}, {cap})"
+
+
+# ------------------------------------------------------------------------------------------------
+# Simulator
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class PrefixCacheSimulator:
+    """Replays requests through one policy, keeping the cache state between them.
+
+    ``at`` is the request time in seconds (any origin; must not go backwards). Without ``at``, a request happens at
+    the time of the previous one.
+
+    Example:
+        >>> sim = PrefixCacheSimulator(OpenAIPolicy(model="gpt-5"))
+        >>> sim.request(list(range(1000)), at=0).cached_tokens  # below 1,024 tokens: never cached
+        0
+        >>> sim.summary().requests
+        1
+    """
+
+    policy: CachePolicy
+    outcomes: list[CacheOutcome] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, CachePolicy):
+            raise TypeError(f"PrefixCacheSimulator takes a CachePolicy, got {type(self.policy).__name__}")
+        self._state = self.policy.new_state()
+        self._now = 0.0
+
+    def request(
+        self, tokens: Sequence[int], *, at: float | None = None, breakpoints: Sequence[int] | None = None
+    ) -> CacheOutcome:
+        """Send one prompt (token ids). ``breakpoints`` are prefix lengths (Anthropic only; ignored elsewhere)."""
+        seq = _check_tokens(tokens)
+        if at is None:
+            at = self._now
+        if at < self._now:
+            raise ValueError(f"requests must be in time order: at={at} is before the previous request ({self._now})")
+        self._now = float(at)
+        points = list(breakpoints) if breakpoints is not None else None
+        if points is not None and not self.policy.explicit:
+            points = None
+        cached, written = self.policy.lookup(self._state, seq, self._now, points)
+        total = len(seq)
+        uncached = total - cached
+        outcome = CacheOutcome(
+            at=self._now,
+            total_tokens=total,
+            cached_tokens=cached,
+            uncached_tokens=uncached,
+            cache_write_tokens=written,
+            cost_usd=self.policy.cost(total, cached, written),
+            cost_without_cache_usd=self.policy.cost(total, 0, 0),
+            ttft_s=self.policy.ttft.estimate(uncached, cached),
+            ttft_without_cache_s=self.policy.ttft.estimate(total, 0),
+        )
+        self.outcomes.append(outcome)
+        return outcome
+
+    def summary(self) -> SimulationSummary:
+        n = len(self.outcomes)
+        return SimulationSummary(
+            policy=self.policy.describe(),
+            requests=n,
+            input_tokens=sum(o.total_tokens for o in self.outcomes),
+            cached_tokens=sum(o.cached_tokens for o in self.outcomes),
+            cache_write_tokens=sum(o.cache_write_tokens for o in self.outcomes),
+            cost_usd=sum(o.cost_usd for o in self.outcomes),
+            cost_without_cache_usd=sum(o.cost_without_cache_usd for o in self.outcomes),
+            mean_ttft_s=sum(o.ttft_s for o in self.outcomes) / n if n else 0.0,
+            mean_ttft_without_cache_s=sum(o.ttft_without_cache_s for o in self.outcomes) / n if n else 0.0,
+        )
+
+    def reset(self) -> None:
+        """Empty the cache and forget every outcome."""
+        self._state = self.policy.new_state()
+        self._now = 0.0
+        self.outcomes.clear()
+
+
+def theoretical_max_cached(requests: Sequence[Sequence[int]], policy: CachePolicy) -> list[int]:
+    """Per request, the most any cache could serve: the longest prefix it shares with ANY earlier request,
+    rounded down to the policy's granularity, and 0 when the prompt or that prefix is below the policy's minimum
+    (``policy.max_cached``). Breakpoint placement, TTLs and capacity are ignored: this is the ceiling.
+
+    Example:
+        >>> theoretical_max_cached([list(range(1500)), list(range(1300)) + [-1]], OpenAIPolicy())
+        [0, 1280]
+    """
+    seen: set[int] = set()
+    out: list[int] = []
+    for tokens in requests:
+        seq = _check_tokens(tokens)
+        hashes = _block_hashes(seq, 1)
+        shared = 0
+        for h in hashes:  # prefix-closed set: the first miss ends the shared prefix
+            if h not in seen:
+                break
+            shared += 1
+        out.append(policy.max_cached(len(seq), shared))
+        seen.update(hashes)
+    return out
