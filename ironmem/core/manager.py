@@ -63,27 +63,37 @@ def _redact_args(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class ProviderHealth:
-    """What ``status()`` reports for one provider."""
+    """What ``status()`` reports for one provider: degraded while any hook's last call failed."""
 
     name: str
     kind: str  # "builtin" | "external"
-    state: str = "active"  # "active" | "degraded"
     reason: str = ""
     failures: int = 0
     last_failure_at: float | None = None
+    failing: dict[str, str] = field(default_factory=dict)  # hook -> why its last call failed
 
-    def fail(self, reason: str) -> None:
-        self.state, self.reason = "degraded", reason
+    @property
+    def state(self) -> str:
+        return "degraded" if self.failing else "active"
+
+    def fail(self, hook: str, reason: str) -> None:
+        self.failing[hook] = reason
+        self.reason = reason
         self.failures += 1
         self.last_failure_at = time.time()
 
-    def ok(self) -> None:
-        self.state = "active"
+    def ok(self, hook: str) -> None:
+        self.failing.pop(hook, None)
+        if self.failing:
+            self.reason = next(reversed(self.failing.values()))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind, "state": self.state}
+        if self.failing:
+            out["reason"] = self.reason
+            out["failing_hooks"] = dict(self.failing)
         if self.failures:
-            out.update(reason=self.reason, failures=self.failures)
+            out["failures"] = self.failures
         return out
 
 
@@ -104,7 +114,7 @@ class _Guard:
             except Exception as exc:
                 self._failed(hook, f"{hook} raised {type(exc).__name__}: {exc}")
                 return default
-            self.health.ok()
+            self.health.ok(hook)
             return result
         with self._lock:
             running = self._busy.get(hook)
@@ -132,12 +142,12 @@ class _Guard:
             exc = box["error"]
             self._failed(hook, f"{hook} raised {type(exc).__name__}: {exc}")
             return default
-        self.health.ok()
+        self.health.ok(hook)
         return box.get("value", default)
 
     def _failed(self, hook: str, reason: str) -> None:
         log.warning("external memory provider %r: %s", self.provider.name, reason)
-        self.health.fail(reason)
+        self.health.fail(hook, reason)
 
 
 class _Background:

@@ -222,7 +222,7 @@ class SearchIndex:
     def rebuild(self) -> None:
         """Re-create the turn index from the stored turns."""
         with self._write() as conn:
-            conn.execute("DELETE FROM turns_fts")
+            conn.execute("INSERT INTO turns_fts(turns_fts) VALUES ('delete-all')")
             last = 0
             for rowid, user, assistant in conn.execute("SELECT id, user, assistant FROM turns ORDER BY id"):
                 conn.execute("INSERT INTO turns_fts(rowid, terms) VALUES (?, ?)", (rowid, cjk_terms(f"{user}\n{assistant}")))
