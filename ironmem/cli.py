@@ -1,0 +1,752 @@
+"""The ``ironmem`` command: inspect a memory home, scan text, count tokens, simulate caching, run the demo.
+
+Every command reads the memory home from ``--home``, else ``$IRONMEM_HOME``, else ``~/.ironmem``
+(:func:`ironmem.core.manager.default_home`). A Hermes memory folder (``~/.hermes/memories`` holding
+``MEMORY.md`` and ``USER.md``) works as a home as is; pointing at ``~/.hermes`` itself finds its ``memories``
+folder. ``--config PATH`` builds the manager from a ``config.yaml`` instead.
+
+Bad input (a missing file, an unknown provider, a corrupt memory file, a home that does not exist) ends with one
+line on stderr and a non-zero exit status, never a traceback. ``scan`` exits with 1 when anything is blocked, like
+a linter; errors exit with 2.
+
+Example (a shell)::
+
+    $ ironmem demo                    # a scripted two-session agent run, offline, in a temp home
+    $ ironmem --home ~/.hermes/memories status
+    $ ironmem show
+    $ ironmem scan notes.txt --json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import unicodedata
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .core.manager import MemoryManager
+
+__all__ = ["app", "main", "resolve_home", "CLIError"]
+
+#: Exit status for bad input and failures (``scan`` uses 1 for "something is blocked").
+EXIT_ERROR = 2
+EXIT_BLOCKED = 1
+
+TARGET_FILES = {"memory": "MEMORY.md", "user": "USER.md"}
+
+app = typer.Typer(
+    name="ironmem",
+    help=(
+        "Persistent agent memory that keeps the prompt cache warm. Inspect a memory home (status, show, search, "
+        "remove), scan text (scan), measure tokens (tokens), simulate prompt caching (simulate), or run the "
+        "offline demo (demo)."
+    ),
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+
+
+class CLIError(Exception):
+    """A user-facing failure: printed as one line on stderr, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Options:
+    """Global options, shared by every command through the click context."""
+
+    home: str | None = None
+    config: str | None = None
+    verbose: bool = False
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _echo_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def _visible(text: str, limit: int | None = None) -> str:
+    """``text`` with invisible and format characters shown as ``\\uXXXX`` (so a reviewer sees them)."""
+    out = []
+    for ch in text:
+        if ch in "\n\t":
+            out.append(" " if ch == "\n" else ch)
+        elif unicodedata.category(ch) in ("Cf", "Cc", "Co") or 0xE0000 <= ord(ch) <= 0xE007F:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        else:
+            out.append(ch)
+    flat = "".join(out)
+    if limit is not None and len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    return flat
+
+
+# --------------------------------------------------------------------------------------------------
+# Home and manager
+# --------------------------------------------------------------------------------------------------
+def resolve_home(home: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """Where the memory home is and where that came from (``--home``, ``IRONMEM_HOME`` or ``default``).
+
+    Raises :class:`CLIError` when the folder does not exist or is not a folder. A Hermes root (``~/.hermes``,
+    which keeps its memory files in ``memories/``) resolves to that ``memories`` folder.
+
+    Example:
+        >>> import tempfile
+        >>> path, origin = resolve_home(tempfile.mkdtemp())
+        >>> origin
+        '--home'
+    """
+    from .core.manager import default_home
+
+    if home is not None and str(home) != "":
+        path, origin = Path(home).expanduser(), "--home"
+    elif os.environ.get("IRONMEM_HOME"):
+        path, origin = Path(os.environ["IRONMEM_HOME"]).expanduser(), "IRONMEM_HOME"
+    else:
+        path, origin = default_home(), "default"
+    if not path.exists():
+        hint = (
+            "it is created the first time an agent uses ironmem there (or by `ironmem demo --home PATH`); "
+            "pass --home PATH or set IRONMEM_HOME to use another folder (a Hermes folder such as "
+            "~/.hermes/memories works as is)"
+        )
+        raise CLIError(f"memory home {path} (from {origin}) does not exist; {hint}")
+    if not path.is_dir():
+        raise CLIError(f"memory home {path} (from {origin}) is not a folder; pass the folder that holds MEMORY.md and USER.md")
+    has_files = any((path / name).exists() for name in TARGET_FILES.values())
+    hermes = path / "memories"
+    if not has_files and hermes.is_dir() and any((hermes / name).exists() for name in TARGET_FILES.values()):
+        path = hermes
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise CLIError(f"memory home {path} (from {origin}) is not readable and writable by this user; fix its permissions")
+    return path, origin
+
+
+def _open_manager(opts: Options) -> MemoryManager:
+    """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home."""
+    from .core.manager import MemoryManager
+
+    if opts.config:
+        config = Path(opts.config).expanduser()
+        if not config.is_file():
+            raise CLIError(f"config file {config} does not exist (from --config); pass the path of a config.yaml")
+        try:
+            from .core import config as config_module  # noqa: F401 - presence check
+        except ImportError as exc:
+            raise CLIError(f"this ironmem install cannot read config files ({exc}); reinstall ironmem") from exc
+        home_override = None
+        if opts.home or os.environ.get("IRONMEM_HOME"):
+            home_override, _ = resolve_home(opts.home)
+        return _manager_from_config(config, home_override)
+    home, _ = resolve_home(opts.home)
+    return MemoryManager(home=home)
+
+
+def _manager_from_config(config: Path, home: Path | None) -> MemoryManager:
+    """Build the manager from ``config``; ``home`` (from ``--home`` / ``IRONMEM_HOME``) overrides the file's."""
+    from .core import config as config_module
+    from .core.manager import MemoryManager
+
+    if home is not None:
+        builder = getattr(config_module, "manager_from_config", None)
+        if builder is not None:
+            try:
+                return builder(config, home=home)
+            except TypeError:
+                pass
+    return MemoryManager.from_config(config)
+
+
+@contextmanager
+def _manager(opts: Options) -> Iterator[MemoryManager]:
+    manager = _open_manager(opts)
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+def _corrupt_files(manager: MemoryManager) -> list[str]:
+    """One message per memory file that cannot be parsed."""
+    problems = []
+    for target in TARGET_FILES:
+        state = manager.builtin.files[target].read()
+        if state.corrupt:
+            problems.append(f"{state.corrupt} ({manager.builtin.files[target].path}); a copy is at {state.backup}")
+    return problems
+
+
+def _opts(ctx: typer.Context) -> Options:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, Options) else Options()
+
+
+# --------------------------------------------------------------------------------------------------
+# Global options
+# --------------------------------------------------------------------------------------------------
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    home: str | None = typer.Option(
+        None, "--home", help="Memory home (folder with MEMORY.md and USER.md). Default: $IRONMEM_HOME or ~/.ironmem."
+    ),
+    config: str | None = typer.Option(None, "--config", help="A config.yaml to build the manager from."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show ironmem's log warnings on stderr."),
+) -> None:
+    """Persistent agent memory that keeps the prompt cache warm."""
+    ctx.obj = Options(home=home, config=config, verbose=verbose)
+    logger = logging.getLogger("ironmem")
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ironmem: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    else:
+        # Problems reach the user through the command's own output; keep log lines off stderr.
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+# --------------------------------------------------------------------------------------------------
+# status
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Providers (active or degraded), usage of MEMORY.md and USER.md, and the snapshot hash."""
+    opts = _opts(ctx)
+    with _manager(opts) as manager:
+        info = manager.status()
+        problems = _corrupt_files(manager)
+    if as_json:
+        _echo_json(info)
+    else:
+        console = _console()
+        console.print(Text(f"memory home: {info['home']}"))
+        providers = Table(title="providers", title_justify="left")
+        for column in ("provider", "kind", "state", "tools", "reason"):
+            providers.add_column(column)
+        for p in info["providers"]:
+            state = Text(p["state"], style="green" if p["state"] == "active" else "bold red")
+            providers.add_row(p["name"], p["kind"], state, ", ".join(p.get("tools", [])), Text(p.get("reason", "")))
+        console.print(providers)
+        files = Table(title="files", title_justify="left")
+        for column in ("file", "entries", "usage", "path"):
+            files.add_column(column)
+        for target, f in info["files"].items():
+            usage = Text(f"UNREADABLE: {f['error']}", style="bold red") if f.get("error") else Text(f["usage"])
+            files.add_row(TARGET_FILES[target], str(f["entries"]), usage, Text(f["path"]))
+        console.print(files)
+        console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
+        console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
+    if problems:
+        raise CLIError(problems[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# show
+# --------------------------------------------------------------------------------------------------
+def _targets(target: str) -> list[str]:
+    if target == "all":
+        return list(TARGET_FILES)
+    if target not in TARGET_FILES:
+        raise CLIError(f"unknown target {target!r}; use memory, user or all")
+    return [target]
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    target: str = typer.Option("all", "--target", "-t", help="memory, user or all."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """The numbered entries of MEMORY.md and USER.md, each with its security-scan verdict."""
+    from .core.security import scan
+
+    opts = _opts(ctx)
+    targets = _targets(target)
+    out: dict[str, Any] = {}
+    with _manager(opts) as manager:
+        for t in targets:
+            state = manager.builtin.files[t].read()
+            if state.corrupt:
+                raise CLIError(
+                    f"{state.corrupt} ({manager.builtin.files[t].path}); a copy is at {state.backup}. "
+                    "Fix or delete the file, then retry"
+                )
+            rows = []
+            for i, entry in enumerate(state.entries, start=1):
+                verdict = scan(entry)
+                rows.append({
+                    "n": i,
+                    "text": entry,
+                    "blocked": verdict.blocked,
+                    "categories": verdict.categories,
+                })
+            out[t] = {
+                "file": str(manager.builtin.files[t].path),
+                "usage": manager.builtin.usage(t),
+                "entries": rows,
+            }
+    if as_json:
+        _echo_json(out)
+        return
+    console = _console()
+    for t, data in out.items():
+        table = Table(title=f"{TARGET_FILES[t]}  [{data['usage']}]", title_justify="left", show_lines=True)
+        table.add_column("#", justify="right")
+        table.add_column("entry", overflow="fold")
+        table.add_column("scan")
+        for row in data["entries"]:
+            if row["blocked"]:
+                verdict = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
+                text = Text(_visible(row["text"]))
+            else:
+                verdict = Text("ok", style="green")
+                text = Text(row["text"])
+            table.add_row(str(row["n"]), text, verdict)
+        if not data["entries"]:
+            table.add_row("", Text("(empty)", style="dim"), "")
+        console.print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# remove
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def remove(
+    ctx: typer.Context,
+    target: str = typer.Argument(..., help="memory or user."),
+    number: int = typer.Argument(..., help="The entry's number, as `ironmem show` lists it."),
+) -> None:
+    """Remove one entry by its number (for example an entry the scanner blocked)."""
+    from .core.builtin.tools import Operation, OperationError
+    from .core.errors import MemoryFileError
+
+    opts = _opts(ctx)
+    if target not in TARGET_FILES:
+        raise CLIError(f"unknown target {target!r}; use memory or user")
+    with _manager(opts) as manager:
+        state = manager.builtin.files[target].read()
+        if state.corrupt:
+            raise CLIError(f"{state.corrupt} ({manager.builtin.files[target].path}); fix or delete the file first")
+        if not 1 <= number <= len(state.entries):
+            raise CLIError(
+                f"{TARGET_FILES[target]} has {len(state.entries)} entries; pick a number from `ironmem show`"
+            )
+        entry = state.entries[number - 1]
+        try:
+            manager.builtin.apply([Operation("remove", target, old_text=entry)])
+        except (OperationError, MemoryFileError) as exc:
+            raise CLIError(f"could not remove entry {number} of {TARGET_FILES[target]}: {exc}") from exc
+        usage = manager.builtin.usage(target)
+    _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}"))
+
+
+# --------------------------------------------------------------------------------------------------
+# search
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="Words to look for (any language)."),
+    limit: int = typer.Option(10, "--limit", "-n", help="Maximum results."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Full-text search over memory entries and past conversation turns (what `session_search` sees)."""
+    opts = _opts(ctx)
+    if not query.strip():
+        raise CLIError("the search query is empty; give some words to look for")
+    if limit < 1:
+        raise CLIError(f"--limit must be at least 1, got {limit}")
+    with _manager(opts) as manager:
+        for target in TARGET_FILES:
+            manager.builtin.state(target)  # bring the index in step with the files
+        hits = manager.builtin.index.search(query, limit=limit, drop_stopwords=False)
+    if as_json:
+        _echo_json({"query": query, "results": [h.to_dict() for h in hits]})
+        return
+    console = _console()
+    if not hits:
+        console.print(Text(f"no match for {query!r}"))
+        return
+    table = Table(title=f"search: {query}", title_justify="left", show_lines=True)
+    table.add_column("#", justify="right")
+    table.add_column("kind")
+    table.add_column("session")
+    table.add_column("text", overflow="fold")
+    for i, hit in enumerate(hits, start=1):
+        table.add_row(str(i), hit.kind, hit.session_id or "", Text(_visible(hit.text, 400)))
+    console.print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# scan
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class _Item:
+    label: str  # "MEMORY.md entry 2" / "notes.txt:14"
+    source: str
+    index: int
+    line: int
+    text: str
+
+
+def _read_text(path: Path, name: str) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CLIError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise CLIError(f"{name} is a folder; pass a file, a memory home folder, or - for stdin") from None
+    except OSError as exc:
+        raise CLIError(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CLIError(f"{name} is not UTF-8 text (bad byte at offset {exc.start}); scan only text files") from None
+
+
+def _split_items(text: str, source: str, by: str) -> list[_Item]:
+    from .core.builtin.store import ENTRY_DELIMITER
+
+    items: list[_Item] = []
+    if by == "text":
+        return [_Item(source, source, 1, 1, text)] if text.strip() else []
+    if by == "entry":
+        line = 1
+        n = 0
+        for part in text.split(ENTRY_DELIMITER):
+            lead = len(part) - len(part.lstrip())
+            start_line = line + part[:lead].count("\n")
+            if part.strip():
+                n += 1
+                items.append(_Item(f"{source} entry {n}", source, n, start_line, part.strip()))
+            line += part.count("\n") + ENTRY_DELIMITER.count("\n")
+        return items
+    for i, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            items.append(_Item(f"{source}:{i}", source, i, i, raw))
+    return items
+
+
+@app.command()
+def scan(
+    source: str = typer.Argument(..., help="A text file, a memory home folder, or - to read stdin."),
+    by: str = typer.Option(
+        "auto", "--by",
+        help="Split into entries (the § format), lines, or scan the whole text. auto: entries for memory "
+        "files and text holding the § separator, else lines.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Security verdicts per entry or per line. Exit status 1 when anything is blocked."""
+    from .core.builtin.store import ENTRY_DELIMITER
+    from .core.security import scan as scan_text
+
+    if by not in ("auto", "entry", "line", "text"):
+        raise CLIError(f"unknown --by {by!r}; use auto, entry, line or text")
+    inputs: list[tuple[str, str, str]] = []  # (name, text, mode)
+    if source == "-":
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CLIError(f"stdin is not UTF-8 text (bad byte at offset {exc.start})") from None
+        mode = by if by != "auto" else ("entry" if ENTRY_DELIMITER in text else "line")
+        inputs.append(("<stdin>", text, mode))
+    else:
+        path = Path(source).expanduser()
+        if path.is_dir():
+            files = [path / name for name in TARGET_FILES.values() if (path / name).is_file()]
+            if not files and (path / "memories").is_dir():
+                files = [path / "memories" / n for n in TARGET_FILES.values() if (path / "memories" / n).is_file()]
+            if not files:
+                raise CLIError(f"{source} is a folder without MEMORY.md or USER.md; pass a file or a memory home")
+            for f in files:
+                inputs.append((f.name, _read_text(f, str(f)), by if by != "auto" else "entry"))
+        else:
+            text = _read_text(path, source)
+            memory_file = path.name in TARGET_FILES.values()
+            mode = by if by != "auto" else ("entry" if memory_file or ENTRY_DELIMITER in text else "line")
+            inputs.append((source, text, mode))
+
+    results = []
+    for name, text, mode in inputs:
+        for item in _split_items(text, name, mode):
+            verdict = scan_text(item.text)
+            results.append((item, mode, verdict))
+    blocked = sum(1 for _, _, v in results if v.blocked)
+
+    if as_json:
+        _echo_json({
+            "source": source,
+            "items": [
+                {
+                    "source": item.source,
+                    "by": mode,
+                    "index": item.index,
+                    "line": item.line,
+                    "blocked": verdict.blocked,
+                    "categories": verdict.categories,
+                    "findings": [
+                        {"category": f.category, "rule": f.rule, "span": list(f.span), "excerpt": f.excerpt}
+                        for f in verdict.findings
+                    ],
+                    "text": item.text,
+                }
+                for item, mode, verdict in results
+            ],
+            "scanned": len(results),
+            "blocked": blocked,
+        })
+    else:
+        console = _console()
+        table = Table(title=f"scan: {source}", title_justify="left")
+        table.add_column("where")
+        table.add_column("verdict")
+        table.add_column("findings", overflow="fold")
+        table.add_column("text", overflow="fold")
+        for item, _, verdict in results:
+            if verdict.blocked:
+                findings = "; ".join(
+                    f"{f.category}/{f.rule}: {_visible(f.excerpt, 60)!r}" for f in verdict.findings
+                )
+                table.add_row(item.label, Text("BLOCKED", style="bold red"), Text(findings), Text(_visible(item.text, 120)))
+            else:
+                notes = "; ".join(f"{f.category}/{f.rule}" for f in verdict.findings)
+                table.add_row(item.label, Text("ok", style="green"), Text(notes), Text(_visible(item.text, 120)))
+        console.print(table)
+        console.print(Text(f"{len(results)} scanned, {blocked} blocked"))
+    if blocked:
+        raise typer.Exit(EXIT_BLOCKED)
+
+
+# --------------------------------------------------------------------------------------------------
+# tokens
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def tokens(
+    ctx: typer.Context,
+    encoding: str = typer.Option("o200k_base", "--encoding", help="tiktoken encoding (o200k_base, cl100k_base)."),
+    providers: int = typer.Option(5, "--providers", help="Rows of the what-if table (N external providers)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """The token report for the configured setup: fence overhead, tool schemas, snapshot, what-if table."""
+    from .core.tokens import TokenCounter, TokenReport
+
+    opts = _opts(ctx)
+    if providers < 1:
+        raise CLIError(f"--providers must be at least 1, got {providers}")
+    counter = TokenCounter(encoding)
+    with _manager(opts) as manager:
+        session = manager.start_session("ironmem-cli-tokens")
+        report = TokenReport.for_session(session, counter, max_external=providers)
+        session.end()
+    if as_json:
+        _echo_json(report.to_dict())
+        return
+    print_token_report(report, _console())
+
+
+def print_token_report(report: Any, console: Console) -> None:
+    """Render a :class:`~ironmem.core.tokens.TokenReport` as rich tables."""
+    summary = Table(title=f"memory cost in tokens ({report.encoding})", title_justify="left")
+    summary.add_column("item")
+    summary.add_column("tokens", justify="right")
+    summary.add_row("fence overhead (tags + system note)", f"{report.fence_overhead:,}")
+    summary.add_row(f"frozen snapshot ({report.snapshot_chars:,} chars)", f"{report.snapshot:,}")
+    recall = "-" if report.last_recall is None else f"{report.last_recall:,}"
+    summary.add_row("last recall (fenced)", recall)
+    console.print(summary)
+    tools = Table(title="tool schemas as sent", title_justify="left")
+    tools.add_column("tool")
+    tools.add_column("provider")
+    tools.add_column("OpenAI", justify="right")
+    tools.add_column("Anthropic", justify="right")
+    for t in report.tools:
+        tools.add_row(t.name, t.provider, f"{t.openai:,}", f"{t.anthropic:,}")
+    tools.add_row(Text("tools array", style="bold"), "", f"{report.tools_openai:,}", f"{report.tools_anthropic:,}")
+    console.print(tools)
+    if report.what_if:
+        what_if = Table(title=f"if N external providers were allowed ({report.what_if_source})", title_justify="left")
+        for column in ("N", "tools", "OpenAI", "Anthropic", "rule 1"):
+            what_if.add_column(column, justify="right" if column != "rule 1" else "left")
+        for row in report.what_if:
+            verdict = Text("allowed", style="green") if row.allowed else Text("refused", style="red")
+            what_if.add_row(str(row.external_providers), str(row.tools), f"{row.openai:,}", f"{row.anthropic:,}", verdict)
+        console.print(what_if)
+    elif report.what_if_source:
+        console.print(Text(f"what-if table: {report.what_if_source}", style="dim"))
+
+
+# --------------------------------------------------------------------------------------------------
+# simulate
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def simulate(
+    turns: int = typer.Option(30, "--turns", help="User turns in the scripted session."),
+    write_every: int = typer.Option(5, "--write-every", help="A memory write every N turns (0: never)."),
+    policy: list[str] = typer.Option(
+        None, "--policy", "-p",
+        help="Provider policy, repeatable: openai[:MODEL], anthropic[:MODEL], vllm, gemini[:MODEL], "
+        "deepseek. Default: openai:gpt-4.1, anthropic:claude-sonnet-4-5 and vllm.",
+    ),
+    strategy: list[str] = typer.Option(
+        None, "--strategy", "-s", help="Memory strategy, repeatable (default: all four)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Replay a scripted session under each memory strategy and provider policy: cached share and cost."""
+    from .demo import run_simulation
+
+    if turns < 1:
+        raise CLIError(f"--turns must be at least 1, got {turns}")
+    if write_every < 0:
+        raise CLIError(f"--write-every must be 0 (never) or more, got {write_every}")
+    policies = list(policy) if policy else None
+    strategies = list(strategy) if strategy else None
+    console = _console()
+    rows = run_simulation(
+        turns=turns, write_every=write_every, policies=policies, strategies=strategies,
+        progress=None if as_json else console,
+    )
+    if as_json:
+        _echo_json({"turns": turns, "write_every": write_every, "results": rows})
+        return
+    print_simulation(rows, console, title=f"{turns}-turn session, a memory write every {write_every} turns"
+                     if write_every else f"{turns}-turn session, no memory writes")
+
+
+def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: str = "") -> None:
+    """Render :func:`ironmem.demo.run_simulation` rows as a table."""
+    table = Table(title=title or None, title_justify="left")
+    for column in ("policy", "strategy", "requests", "input tokens", "cached", "cost", "no-cache cost",
+                   "saved", "of max"):
+        table.add_column(column, justify="left" if column in ("policy", "strategy") else "right")
+    last_policy = None
+    for row in rows:
+        label = row["policy"] if row["policy"] != last_policy else ""
+        last_policy = row["policy"]
+        of_max = "-" if row.get("of_theoretical_max") is None else f"{row['of_theoretical_max']:.0%}"
+        table.add_row(
+            label, row["strategy"], str(row["requests"]), f"{row['input_tokens']:,}",
+            f"{row['cached_share']:.1%}", f"${row['cost_usd']:.4f}", f"${row['cost_without_cache_usd']:.4f}",
+            f"{row['savings']:.0%}", of_max,
+        )
+    console.print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------------
+@app.command()
+def demo(
+    ctx: typer.Context,
+    framework: str = typer.Option("langchain", "--framework", "-f", help="langchain or llama-index."),
+    model: str | None = typer.Option(
+        None, "--model", "-m",
+        help="A real chat model as provider:name (openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5); "
+        "needs its API key. Default: the scripted offline model.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the demo's record as JSON."),
+) -> None:
+    """A scripted two-session agent run: frozen snapshot, fenced recall, memory write, token and cache report."""
+    from .demo import run_demo
+
+    opts = _opts(ctx)
+    home = None
+    if opts.home or os.environ.get("IRONMEM_HOME"):
+        home = _demo_home(opts.home)
+    run_demo(framework=framework, model=model, home=home, console=None if as_json else _console(),
+             as_json=as_json)
+
+
+def _demo_home(home: str | None) -> Path:
+    """The demo may create its home (unlike the inspecting commands), but not inside a file."""
+    path = Path(home).expanduser() if home else Path(os.environ["IRONMEM_HOME"]).expanduser()
+    if path.exists() and not path.is_dir():
+        raise CLIError(f"memory home {path} is not a folder; pass a folder for --home")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"cannot create memory home {path}: {exc.strerror or exc}") from None
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------------
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    one_line = " ".join(str(message).split())
+    sys.stderr.write(f"ironmem: error: {one_line}\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the ``ironmem`` command (``argv`` defaults to ``sys.argv[1:]``)."""
+    from .core.errors import IronMemError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        args = ["--help"]
+    debug = os.environ.get("IRONMEM_DEBUG") not in (None, "", "0")
+    try:
+        code = app(args=args, prog_name="ironmem", standalone_mode=False)
+    except CLIError as exc:
+        _fail(str(exc), exc.code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except IronMemError as exc:
+        if debug:
+            raise
+        _fail(str(exc))
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportError) as exc:
+        if debug:
+            raise
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            _fail(_click_message(exc), int(getattr(exc, "exit_code", EXIT_ERROR)) or EXIT_ERROR)
+        _fail(f"{type(exc).__name__}: {exc} (set IRONMEM_DEBUG=1 for the traceback)")
+    except Exception as exc:  # click's UsageError/Abort (vendored in recent typer) land here too
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            _fail(_click_message(exc), int(getattr(exc, "exit_code", EXIT_ERROR)) or EXIT_ERROR)
+        if type(exc).__name__ == "Abort":
+            _fail("aborted", 1)
+        if debug:
+            raise
+        _fail(f"unexpected {type(exc).__name__}: {exc} (set IRONMEM_DEBUG=1 for the traceback)")
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _click_message(exc: BaseException) -> str:
+    message = exc.format_message()  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    command = getattr(ctx, "command_path", "ironmem") if ctx is not None else "ironmem"
+    return f"{message} (see `{command} --help`)"
+
+
+if __name__ == "__main__":
+    main()
