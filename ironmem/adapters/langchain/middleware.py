@@ -1,0 +1,312 @@
+"""``IronMemoryMiddleware``: ironmem for ``langchain.agents.create_agent`` in two lines.
+
+What it does per run (one *run* = one ``invoke`` = one user turn):
+
+* ``before_agent`` (once per run): on the first run of a thread, freezes the session's snapshot into private
+  agent state, so the system prompt stays byte-identical for the thread's whole life, even when it is
+  resumed from a persistent checkpointer by another process with a new manager. Then prefetches ONCE for the
+  new user message and keeps the recalled text in private state, keyed by that message's id. Prefetching
+  here rather than on the first model call means exactly one recall per turn whatever happens later (tool
+  rounds, model retries, fallbacks), and the result is checkpointed with the turn.
+* ``wrap_model_call`` (every model call): sends the frozen snapshot as its own system content block after the
+  user's system prompt, and the fenced recall before the user's text, in the request only. The checkpointed
+  messages never hold a fence. With ``recall="replay"`` every earlier turn gets its exact fenced bytes back,
+  so each request extends the previous one (the provider's prefix cache keeps hitting); with
+  ``"ephemeral"`` only the current turn's recall is sent.
+* ``after_agent`` (once per run): syncs the turn (the user's text and the final answer) to memory.
+* ``tools``: the memory tools, with the core's exact JSON schemas; calls go to the thread's session.
+
+Everything with a rule in it (what to recall, how to fence it, what the snapshot says, how a tool call is
+checked) happens in :class:`ironmem.Session`; this module only moves text between LangChain and it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ModelCallResult,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+)
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from ...core.fence import fence
+from ...core.manager import MemoryManager, Session
+from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
+from .toolkit import make_memory_tool
+
+__all__ = ["IronMemoryMiddleware", "IronMemoryState", "RecallPolicy"]
+
+log = logging.getLogger("ironmem.langchain")
+
+RecallPolicy = Literal["replay", "ephemeral"]
+
+
+class IronMemoryState(AgentState):
+    """Agent state with ironmem's private fields (checkpointed, never in the agent's input or output)."""
+
+    #: The frozen memory block of this thread (rule 3), captured on its first run.
+    ironmem_snapshot: NotRequired[Annotated[str, PrivateStateAttr]]
+    #: Recalled text (unfenced) per user message id; the fence is rebuilt with the core's ``fence()``.
+    ironmem_recalls: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
+    #: Id of the user message of the current (or last) run.
+    ironmem_turn: NotRequired[Annotated[str, PrivateStateAttr]]
+    #: Id of the last user message whose turn was synced.
+    ironmem_synced: NotRequired[Annotated[str, PrivateStateAttr]]
+
+
+def _message_key(message: BaseMessage, index: int) -> str:
+    return message.id or f"#{index}"
+
+
+def _last_user_message(messages: list[AnyMessage]) -> tuple[int, HumanMessage] | None:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, HumanMessage):
+            return index, message
+    return None
+
+
+def _with_snapshot(system: SystemMessage | None, snapshot: str) -> SystemMessage:
+    """The user's system prompt (as blocks), then the snapshot in a block of its own."""
+    block: dict[str, Any] = {"type": "text", "text": snapshot}
+    if system is None:
+        return SystemMessage(content=[block])
+    content = system.content
+    blocks: list[Any]
+    if isinstance(content, str):
+        blocks = [{"type": "text", "text": content}] if content else []
+    else:
+        blocks = [{"type": "text", "text": b} if isinstance(b, str) else b for b in content]
+    return system.model_copy(update={"content": [*blocks, block]})
+
+
+def _with_fence(message: HumanMessage, fenced: str) -> HumanMessage:
+    """A copy of ``message`` with the fenced recall before the user's text."""
+    content = message.content
+    if isinstance(content, str):
+        new_content: Any = f"{fenced}\n\n{content}"
+    else:
+        new_content = [{"type": "text", "text": fenced}, *content]
+    return message.model_copy(update={"content": new_content})
+
+
+class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
+    """Persistent memory for a ``create_agent`` agent: frozen snapshot, fenced recall, memory tools, turn sync.
+
+    Args:
+        manager: The :class:`~ironmem.MemoryManager` (configure its external provider first: the tools are
+            taken from it when the middleware is built).
+        recall: ``"replay"`` (default) re-sends every earlier turn's exact fenced recall so each request
+            extends the previous one (prefix cache friendly); ``"ephemeral"`` sends only the current turn's.
+        user_id: Default user id for new sessions. A run's ``context.user_id`` (or
+            ``config["configurable"]["user_id"]``) takes precedence when given.
+
+    The session id is the run's thread id (``config["configurable"]["thread_id"]``); runs without one share
+    a fresh id for this middleware instance. List this middleware before
+    ``AnthropicPromptCachingMiddleware`` so the cache breakpoint lands on the snapshot block.
+
+    Example:
+        >>> import tempfile
+        >>> from langchain.agents import create_agent
+        >>> from langgraph.checkpoint.memory import InMemorySaver
+        >>> from ironmem import MemoryManager
+        >>> from ironmem.testing.langchain import ScriptedChatModel
+        >>> memory = IronMemoryMiddleware(MemoryManager(home=tempfile.mkdtemp()))
+        >>> model = ScriptedChatModel(["Hello!"])
+        >>> agent = create_agent(model, system_prompt="Be brief.", middleware=[memory],
+        ...                      checkpointer=InMemorySaver())
+        >>> agent.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})["messages"][-1].text
+        'Hello!'
+        >>> model.requests[0].tool_names
+        ['memory', 'session_search']
+        >>> "Persistent memory" in model.requests[0].messages[0].content[-1]["text"]
+        True
+    """
+
+    state_schema = IronMemoryState
+
+    def __init__(
+        self,
+        manager: MemoryManager,
+        recall: RecallPolicy = "replay",
+        user_id: str | None = None,
+    ) -> None:
+        if recall not in ("replay", "ephemeral"):
+            raise ValueError(f"recall must be 'replay' or 'ephemeral', got {recall!r}")
+        self.manager = manager
+        self.recall: RecallPolicy = recall
+        self.user_id = user_id
+        self._registry = SessionRegistry(manager, user_id=user_id)
+        # Recalls by session, for runs without a checkpointer (private state does not outlive such a run).
+        self._recall_cache: dict[str, dict[str, str]] = {}
+        self.tools = [make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas()]
+
+    # -- sessions ---------------------------------------------------------------------------------
+    @staticmethod
+    def _run_ids(runtime: Any) -> tuple[str | None, str | None]:
+        info = getattr(runtime, "execution_info", None)
+        thread_id = getattr(info, "thread_id", None)
+        config: RunnableConfig | None = None
+        try:
+            from langgraph.config import get_config
+
+            config = get_config()
+        except Exception:  # outside a runnable context
+            config = None
+        if not thread_id:
+            thread_id = thread_id_from_config(config)
+        return (str(thread_id) if thread_id else None), user_id_from(getattr(runtime, "context", None), config)
+
+    def session_for(self, runtime: Any = None) -> Session:
+        """The session of the run ``runtime`` belongs to (one per thread id, started on first use)."""
+        thread_id, user_id = self._run_ids(runtime)
+        return self._registry.get(thread_id, user_id)
+
+    def _tool_session(self, runtime: Any, config: RunnableConfig | None) -> Session:
+        run_config = getattr(runtime, "config", None) or config
+        thread_id = thread_id_from_config(run_config)
+        return self._registry.get(thread_id, user_id_from(getattr(runtime, "context", None), run_config))
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        """Sessions started so far, by thread id."""
+        return self._registry.sessions
+
+    def end_session(self, thread_id: str | None = None) -> bool:
+        """End the session of ``thread_id`` (drains its background syncs). The thread can continue later."""
+        self._recall_cache.pop(thread_id or self._registry.default_id, None)
+        return self._registry.end(thread_id)
+
+    def close(self) -> None:
+        """End every session this middleware started. The manager stays open (it is the caller's)."""
+        self._recall_cache.clear()
+        self._registry.end_all()
+
+    # -- before_agent: freeze the snapshot, prefetch once for the new user message -----------------
+    def _plan_turn(self, state: IronMemoryState, session: Session) -> tuple[dict[str, Any], str, str]:
+        """State updates so far, plus the key and text of a user message that still needs its recall."""
+        updates: dict[str, Any] = {}
+        if not state.get("ironmem_snapshot"):
+            updates["ironmem_snapshot"] = session.system_prompt_block()
+        found = _last_user_message(state.get("messages", []))
+        if found is None:
+            return updates, "", ""
+        index, message = found
+        key = _message_key(message, index)
+        updates["ironmem_turn"] = key
+        recalls = self._recalls(state, session)
+        if key in recalls:  # this message already had its recall (e.g. a run re-invoked without a new message)
+            return updates, "", ""
+        return updates, key, message.text
+
+    def _store_recall(self, state: IronMemoryState, session: Session, updates: dict[str, Any], key: str,
+                      body: str) -> dict[str, Any]:
+        recalls = dict(self._recalls(state, session))
+        if self.recall == "ephemeral":
+            recalls = {}
+        recalls[key] = body
+        self._recall_cache[session.id] = dict(recalls)
+        updates["ironmem_recalls"] = recalls
+        return updates
+
+    def _recalls(self, state: IronMemoryState, session: Session) -> dict[str, str]:
+        stored = state.get("ironmem_recalls")
+        if stored is not None:
+            return stored
+        return self._recall_cache.get(session.id, {})
+
+    def before_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self.session_for(runtime)
+        updates, key, text = self._plan_turn(state, session)
+        if key:
+            recall = session.prefetch(text)
+            updates = self._store_recall(state, session, updates, key, recall.text if recall else "")
+        return updates or None
+
+    async def abefore_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self.session_for(runtime)
+        updates, key, text = self._plan_turn(state, session)
+        if key:
+            recall = await session.aprefetch(text)
+            updates = self._store_recall(state, session, updates, key, recall.text if recall else "")
+        return updates or None
+
+    # -- wrap_model_call: snapshot block + fenced recall, in the request only ----------------------
+    def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        state = request.state
+        session = self.session_for(request.runtime)
+        snapshot = state.get("ironmem_snapshot") or session.system_prompt_block()
+        recalls = self._recalls(state, session)
+        current = state.get("ironmem_turn")
+        messages: list[AnyMessage] = []
+        for index, message in enumerate(request.messages):
+            if isinstance(message, HumanMessage):
+                key = _message_key(message, index)
+                if self.recall == "ephemeral" and key != current:
+                    body = ""
+                else:
+                    body = recalls.get(key, "")
+                fenced = fence(body) if body else ""
+                if fenced:
+                    message = _with_fence(message, fenced)
+            messages.append(message)
+        return request.override(system_message=_with_snapshot(request.system_message, snapshot), messages=messages)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        return handler(self._prepare(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        return await handler(self._prepare(request))
+
+    # -- after_agent: sync the turn ------------------------------------------------------------------
+    @staticmethod
+    def _finished_turn(state: IronMemoryState) -> tuple[str, str, str] | None:
+        turn = state.get("ironmem_turn")
+        if not turn or state.get("ironmem_synced") == turn:
+            return None
+        messages = state.get("messages", [])
+        start = None
+        for index, message in enumerate(messages):
+            if isinstance(message, HumanMessage) and _message_key(message, index) == turn:
+                start = index
+        if start is None:
+            return None
+        answer = ""
+        for message in reversed(messages[start + 1:]):  # the last thing the assistant said this turn
+            if isinstance(message, AIMessage) and message.text.strip():
+                answer = message.text
+                break
+        return turn, messages[start].text, answer
+
+    def after_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        finished = self._finished_turn(state)
+        if finished is None:
+            return None
+        turn, user, assistant = finished
+        self.session_for(runtime).sync_turn(user, assistant)
+        return {"ironmem_synced": turn}
+
+    async def aafter_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        finished = self._finished_turn(state)
+        if finished is None:
+            return None
+        turn, user, assistant = finished
+        await self.session_for(runtime).async_turn(user, assistant)
+        return {"ironmem_synced": turn}
