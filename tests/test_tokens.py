@@ -1,0 +1,228 @@
+"""TokenCounter and TokenReport: counts equal tiktoken's count of the same bytes, measured on a real Session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tiktoken
+
+from ironmem import MemoryManager, MemoryProvider, ToolSchema
+from ironmem.core.errors import EncodingUnavailableError
+from ironmem.core.fence import fence_overhead_text
+from ironmem.core.tokens import (
+    REPLY_PRIMING_TOKENS,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+    TokenCounter,
+    TokenReport,
+    serialize_json,
+    tiktoken_cache_filename,
+)
+
+TEXTS = [
+    "hello world",
+    "The user prefers metric units and answers in Portuguese.",
+    "爬山 is hiking; 👩‍💻 codes; Persian: می‌خواهم",
+    "literal special token text: <|endoftext|> stays plain text",
+    "",
+    "    indented\n\tcode = {'a': [1, 2, 3]}\n",
+]
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter("o200k_base")
+
+
+@pytest.fixture()
+def manager(tmp_path):
+    with MemoryManager(home=tmp_path / "home") as m:
+        yield m
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_counts_equal_tiktoken_on_the_same_bytes(encoding: str) -> None:
+    counter = TokenCounter(encoding)
+    reference = tiktoken.get_encoding(encoding)
+    for text in TEXTS:
+        expected = reference.encode(text, disallowed_special=())
+        assert counter.encode(text) == expected
+        assert counter.count(text) == len(expected)
+    assert counter.decode(counter.encode(TEXTS[2])) == TEXTS[2]
+
+
+def test_encodings_really_differ() -> None:
+    text = "Ünïcödé and 漢字 make tokenizers disagree"
+    assert TokenCounter("o200k_base").count(text) != TokenCounter("cl100k_base").count(text)
+
+
+def test_for_model_picks_the_model_encoding() -> None:
+    assert TokenCounter.for_model("gpt-4o").encoding_name == "o200k_base"
+    assert TokenCounter.for_model("gpt-4").encoding_name == "cl100k_base"
+    assert TokenCounter.for_model("claude-sonnet-4-5").encoding_name == "o200k_base"  # fallback
+
+
+def test_bad_arguments_are_clear(counter: TokenCounter) -> None:
+    with pytest.raises(ValueError, match="unknown tiktoken encoding 'nope'"):
+        TokenCounter("nope")
+    with pytest.raises(TypeError, match="takes a str"):
+        counter.encode(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'openai' or 'anthropic'"):
+        counter.count_tool(ToolSchema("t", "d"), "gemini")  # type: ignore[arg-type]
+
+
+def test_tool_serialization_is_what_the_sdks_send() -> None:
+    """Our JSON bytes are the bytes the openai and anthropic SDKs put on the wire."""
+    openai_json = pytest.importorskip("openai._utils._json")
+    anthropic_json = pytest.importorskip("anthropic._utils._json")
+    schema = ToolSchema("search", "Find notes — ünïcode kept", {"type": "object", "properties": {"q": {"type": "string"}}})
+    assert serialize_json(schema.to_openai()).encode() == openai_json.openapi_dumps(schema.to_openai())
+    assert serialize_json(schema.to_anthropic()).encode() == anthropic_json.openapi_dumps(schema.to_anthropic())
+
+
+def test_tool_counts(counter: TokenCounter) -> None:
+    enc = tiktoken.get_encoding("o200k_base")
+    schema = ToolSchema("echo", "Echo text back.", {"type": "object", "properties": {"text": {"type": "string"}}})
+    compact = json.dumps(schema.to_openai(), separators=(",", ":"), ensure_ascii=False)
+    assert counter.count_tool(schema, "openai") == len(enc.encode(compact))
+    compact = json.dumps(schema.to_anthropic(), separators=(",", ":"), ensure_ascii=False)
+    assert counter.count_tool(schema, "anthropic") == len(enc.encode(compact))
+    two = [schema, ToolSchema("ping", "Ping.")]
+    array = json.dumps([s.to_openai() for s in two], separators=(",", ":"), ensure_ascii=False)
+    assert counter.count_tools(two) == len(enc.encode(array))
+    assert counter.count_tools([]) == 0
+
+
+def test_count_messages_adds_the_chat_framing(counter: TokenCounter) -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}], "name": "ada"},
+    ]
+    expected = (
+        2 * TOKENS_PER_MESSAGE
+        + counter.count("system") + counter.count("Be brief.")
+        + counter.count("user") + counter.count("Hi there")
+        + TOKENS_PER_NAME + counter.count("ada")
+        + REPLY_PRIMING_TOKENS
+    )
+    assert counter.count_messages(messages) == expected
+    assert counter.count_messages(messages, reply_priming=False) == expected - REPLY_PRIMING_TOKENS
+    with pytest.raises(TypeError, match="'role' and 'content'"):
+        counter.count_messages(["hi"])  # type: ignore[list-item]
+
+
+def test_cache_filename_is_tiktokens_own() -> None:
+    import hashlib
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    assert tiktoken_cache_filename("cl100k_base") == hashlib.sha1(url.encode()).hexdigest()
+    shared = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if shared and os.path.isdir(shared):  # the offline cache this repo uses holds files under exactly these names
+        assert os.path.exists(os.path.join(shared, tiktoken_cache_filename("o200k_base")))
+
+
+def test_missing_encoding_file_says_where_it_must_be(tmp_path) -> None:
+    """A fresh process with an empty cache folder and no usable network gets a message naming the file."""
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path), "HTTPS_PROXY": "http://127.0.0.1:9",
+           "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    code = (
+        "from ironmem.core.tokens import TokenCounter\n"
+        "from ironmem.core.errors import EncodingUnavailableError\n"
+        "try:\n    TokenCounter('cl100k_base')\n"
+        "except EncodingUnavailableError as exc:\n    print('ERR', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("ERR"), out.stderr
+    assert "TIKTOKEN_CACHE_DIR" in out.stdout
+    assert os.path.join(str(tmp_path), tiktoken_cache_filename("cl100k_base")) in out.stdout
+    assert issubclass(EncodingUnavailableError, Exception)
+
+
+# -- TokenReport on a real session ------------------------------------------------------------------
+def test_report_for_a_fresh_session(manager, counter: TokenCounter) -> None:
+    session = manager.start_session("s1")
+    report = TokenReport.for_session(session, counter)
+    assert report.fence_overhead == counter.count(fence_overhead_text())
+    assert report.snapshot == counter.count(session.system_prompt_block())
+    assert report.snapshot_chars == len(session.system_prompt_block())
+    assert report.last_recall is None  # nothing recalled yet
+    names = [t.name for t in report.tools]
+    assert names == [s.name for s in session.tool_schemas()]
+    for tool, schema in zip(report.tools, session.tool_schemas()):
+        assert tool.openai == counter.count_json(schema.to_openai())
+        assert tool.anthropic == counter.count_json(schema.to_anthropic())
+        assert tool.provider == "builtin"
+    assert report.tools_openai == counter.count_tools(session.tool_schemas(), "openai")
+    assert report.providers["builtin"]["openai"] == sum(t.openai for t in report.tools)
+    assert report.what_if == ()  # no external provider and none registered
+    assert "what_if=" in report.what_if_source
+    json.dumps(report.to_dict())
+
+
+def test_report_measures_the_last_recall(manager, counter: TokenCounter) -> None:
+    session = manager.start_session("s1")
+    session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers metric units"})
+    recall = session.prefetch("which units?")
+    assert recall  # the live delta
+    report = TokenReport.for_session(session, counter)
+    assert report.last_recall == counter.count(recall.fenced())
+    assert report.last_recall > report.fence_overhead
+    assert report.last_recall_items == len(recall.items)
+
+
+def test_what_if_grows_with_real_schemas(manager, counter: TokenCounter) -> None:
+    session = manager.start_session("s1")
+    builtin = session.tool_schemas()
+    vector = [ToolSchema("vector_search", "Semantic search over stored memories.",
+                         {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})]
+    graph = [ToolSchema("graph_query", "Query the knowledge graph of people and projects.",
+                        {"type": "object", "properties": {"cypher": {"type": "string"}}}),
+             ToolSchema("graph_add", "Add a fact triple.", {"type": "object", "properties": {"s": {"type": "string"}}})]
+    report = TokenReport.for_session(session, counter, what_if=[vector, graph])
+    assert [r.external_providers for r in report.what_if] == [0, 1, 2]
+    assert [r.allowed for r in report.what_if] == [True, True, False]
+    assert report.what_if[0].openai == counter.count_tools(builtin)
+    assert report.what_if[2].openai == counter.count_tools([*builtin, *vector, *graph])
+    assert report.what_if[2].anthropic == counter.count_tools([*builtin, *vector, *graph], "anthropic")
+    assert report.what_if[2].tools == len(builtin) + 3
+    table = report.to_table()
+    assert f"{report.what_if[2].openai:,}" in table and "refused" in table
+    with pytest.raises(TypeError, match="list of ToolSchema"):
+        TokenReport.for_session(session, counter, what_if=[["not a schema"]])  # type: ignore[list-item]
+
+
+class NotesProvider(MemoryProvider):
+    """A small real external provider with two tools."""
+
+    name = "notes"
+
+    def is_available(self) -> bool:
+        return True
+
+    def initialize(self, session_id: str, **ctx) -> None:
+        pass
+
+    def tool_schemas(self) -> list[ToolSchema]:
+        return [
+            ToolSchema("notes_search", "Search the user's notes app.", {"type": "object", "properties": {"q": {"type": "string"}}}),
+            ToolSchema("notes_add", "Add a note.", {"type": "object", "properties": {"text": {"type": "string"}}}),
+        ]
+
+
+def test_report_per_provider_and_what_if_from_the_active_external(tmp_path, counter: TokenCounter) -> None:
+    with MemoryManager(home=tmp_path / "h", external=NotesProvider()) as manager:
+        session = manager.start_session("s1")
+        report = TokenReport.for_session(session, counter, max_external=3)
+        assert set(report.providers) == {"builtin", "notes"}
+        assert report.providers["notes"]["tools"] == 2
+        notes = [s for s in session.tool_schemas() if s.provider == "notes"]
+        assert report.providers["notes"]["openai"] == sum(counter.count_tool(s) for s in notes)
+        assert "notes" in report.what_if_source
+        assert [r.external_providers for r in report.what_if] == [0, 1, 2, 3]
+        # row 1 is exactly the session as it is
+        assert report.what_if[1].openai == report.tools_openai
+        assert report.what_if[3].tools == report.what_if[0].tools + 3 * 2
