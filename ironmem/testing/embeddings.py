@@ -1,0 +1,130 @@
+"""Offline embedders for tests and examples: a hashing bag-of-words, so similarity means shared words.
+
+``DeterministicFakeEmbedding`` from langchain-core gives a random vector per exact text: two texts match only
+when they are identical. These embedders give texts that share words a higher cosine similarity, which is
+what a recall test needs, with no model download and no network.
+
+- :class:`HashingEmbedder`: plain Python, no framework. Callable (``list[str] -> list[list[float]]``) and
+  also offers ``embed_documents`` / ``embed_query``.
+- :class:`HashingEmbeddings`: the same as a real LangChain ``Embeddings`` subclass (needs langchain-core).
+
+Example:
+    >>> e = HashingEmbedder(dims=64)
+    >>> a, b, c = e(["I like green tea", "green tea please", "the train leaves at noon"])
+    >>> cosine(a, b) > cosine(a, c)
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["HashingEmbedder", "HashingEmbeddings", "hashing_vector", "cosine"]
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOP = frozenset(
+    "a an and are as at be by do does for from has have i in is it its me my of on or our so that the their them "
+    "they this to was we what when where which who why will with you your".split()
+)
+
+
+def _terms(text: str) -> list[str]:
+    words = [w.lower() for w in _WORD.findall(text)]
+    out = []
+    for w in words:
+        if w in _STOP:
+            continue
+        if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+            w = w[:-1]  # crude plural folding: "teas" ~ "tea"
+        out.append(w)
+    return out
+
+
+def hashing_vector(text: str, dims: int = 256) -> list[float]:
+    """A unit vector: each word adds +-1 to a bucket chosen by a stable hash (blake2b, not Python's hash())."""
+    vec = [0.0] * dims
+    terms = _terms(text)
+    if not terms:
+        vec[0] = 1.0  # empty or stop-words only: a fixed direction instead of a zero vector
+        return vec
+    for term in terms:
+        digest = hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest()
+        bucket = int.from_bytes(digest[:4], "little") % dims
+        sign = 1.0 if digest[4] & 1 else -1.0
+        vec[bucket] += sign
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity of two vectors."""
+    dot = sum(x * y for x, y in zip(a, b))
+    na = math.sqrt(sum(x * x for x in a)) or 1.0
+    nb = math.sqrt(sum(y * y for y in b)) or 1.0
+    return dot / (na * nb)
+
+
+class HashingEmbedder:
+    """Framework-free hashing bag-of-words embedder (see the module docstring).
+
+    Example:
+        >>> len(HashingEmbedder(dims=32).embed_query("hello"))
+        32
+    """
+
+    def __init__(self, dims: int = 256) -> None:
+        if dims < 8:
+            raise ValueError(f"dims must be at least 8, got {dims}")
+        self.dims = dims
+        self.calls = 0
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [hashing_vector(t, self.dims) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.calls += 1
+        return hashing_vector(text, self.dims)
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dims={self.dims})"
+
+
+try:  # a real LangChain Embeddings, when langchain-core is installed
+    from langchain_core.embeddings import Embeddings as _LCEmbeddings
+except ImportError:  # pragma: no cover - exercised only without langchain-core
+    _LCEmbeddings = None  # type: ignore[assignment,misc]
+
+if _LCEmbeddings is not None:
+
+    class HashingEmbeddings(_LCEmbeddings):  # type: ignore[misc,valid-type]
+        """:class:`HashingEmbedder` as a LangChain ``Embeddings`` (accepted by mem0's ``langchain`` embedder).
+
+        Example:
+            >>> len(HashingEmbeddings(dims=16).embed_documents(["a b", "c"]))
+            2
+        """
+
+        def __init__(self, dims: int = 256) -> None:
+            self.dims = dims
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [hashing_vector(t, self.dims) for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return hashing_vector(text, self.dims)
+
+else:  # pragma: no cover
+
+    class HashingEmbeddings:  # type: ignore[no-redef]
+        """Placeholder: needs langchain-core (``pip install 'ironmem[langchain]'``)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise ImportError("HashingEmbeddings needs langchain-core: pip install 'ironmem[langchain]'")
