@@ -1,0 +1,533 @@
+"""``IronMemory``: ironmem as a LlamaIndex chat memory (``memory=`` of agents and chat engines).
+
+What the model sees from ``get()``/``aget()``:
+
+1. the session's frozen snapshot as a system message, byte-identical on every call of the session (rule 3);
+2. the chat history, kept by a stock ``llama_index.core.memory.Memory`` (its SQL store can live in a file);
+3. the fenced recall (rule 2) placed before a COPY of the user message it was computed for. The copy is
+   never stored. With the default ``recall_policy="replay"`` every earlier user message gets back the exact
+   fence it had in its own turn, so each request extends the previous one and the provider's prefix cache
+   keeps hitting; ``"ephemeral"`` shows only the current turn's fence.
+
+Recall is computed once per user message, however often the agent calls ``get`` (``FunctionAgent`` calls it
+after every tool round): it is keyed by the message's position in the full history and a hash of its text.
+A turn is synced to the providers when an assistant message without tool calls arrives through
+``put``/``aput``/``put_messages``/``aput_messages``/``set``/``aset`` (for ``ReActAgent``: its final answer).
+
+Workflows copy and serialize ``memory``: deep copies share this memory, ``to_dict()``/``from_dict()`` in the
+same process reattach to it, and in a new process the memory is rebuilt from its home folder, session id and
+history store (see :mod:`._registry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.memory import BaseMemory, Memory
+from pydantic import Field, PrivateAttr, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+
+from ...core.manager import MemoryManager, Session
+from . import _registry
+from ._messages import (
+    answer_text,
+    has_tool_calls,
+    is_final_answer,
+    message_key,
+    role_of,
+    strip_fence,
+    text_of,
+    with_fence,
+)
+
+__all__ = ["IronMemory", "RecallPolicy"]
+
+log = logging.getLogger("ironmem")
+
+RecallPolicy = Literal["replay", "ephemeral"]
+
+_IN_MEMORY_URIS = {None, "", "sqlite+aiosqlite:///:memory:", "sqlite+aiosqlite://"}
+#: Memory.from_defaults arguments that can be written into a serialized IronMemory and used to rebuild it.
+_PORTABLE_HISTORY_KEYS = ("session_id", "table_name", "async_database_uri", "db_schema", "token_limit",
+                          "chat_history_token_ratio", "token_flush_size")
+
+
+class _State:
+    """The live part of an IronMemory, shared by all its copies in this process."""
+
+    def __init__(self, manager: MemoryManager, session: Session, history: BaseMemory, *, owns_manager: bool) -> None:
+        self.manager = manager
+        self.session = session
+        self.history = history
+        self.owns_manager = owns_manager
+        self.lock = threading.RLock()
+        self.fences: dict[str, str] = {}  # user-message key -> fenced recall ("" when nothing was recalled)
+        self.synced: set[str] = set()  # user-message keys whose turn was synced
+        self.closed = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _State:
+        return self  # a live handle: copies share it
+
+    def __reduce__(self) -> Any:
+        raise TypeError("the live state of an IronMemory cannot be pickled; pickle the IronMemory itself")
+
+    def history_is_ephemeral(self) -> bool:
+        """True when the chat history lives only in this process (in-memory SQLite or a non-SQL memory)."""
+        store = getattr(self.history, "sql_store", None)
+        if store is None:
+            return True
+        return getattr(store, "async_database_uri", None) in _IN_MEMORY_URIS
+
+
+def _portable_history_config(history: BaseMemory, given: dict[str, Any]) -> dict[str, Any]:
+    config = {k: v for k, v in given.items() if k in _PORTABLE_HISTORY_KEYS and isinstance(v, (str, int, float))}
+    if isinstance(history, Memory):
+        config["session_id"] = history.session_id
+        config.setdefault("token_limit", history.token_limit)
+        store = history.sql_store
+        for attr in ("table_name", "async_database_uri", "db_schema"):
+            value = getattr(store, attr, None)
+            if isinstance(value, str):
+                config[attr] = value
+    return config
+
+
+class IronMemory(BaseMemory):
+    """ironmem as a LlamaIndex memory: frozen snapshot, fenced recall, turn syncing, stock chat history.
+
+    Build it with :meth:`from_defaults` and pass it as ``memory=`` to an agent or a chat engine.
+
+    Example:
+        >>> import tempfile
+        >>> from llama_index.core.llms import ChatMessage
+        >>> from ironmem import MemoryManager
+        >>> manager = MemoryManager(home=tempfile.mkdtemp())
+        >>> memory = IronMemory.from_defaults(manager=manager, session_id="s1")
+        >>> memory.put(ChatMessage(role="user", content="Hi, I'm Ada."))
+        >>> [m.role.value for m in memory.get()]
+        ['system', 'user']
+        >>> memory.get()[0].content == memory.session.system_prompt_block()
+        True
+        >>> memory.close(); manager.close()
+    """
+
+    memory_id: str = Field(default="", description="Handle of the live memory in this process.")
+    session_id: str = Field(default="", description="The ironmem session (conversation) id.")
+    user_id: str | None = Field(default=None, description="Whose memory this is (scopes turn search).")
+    home: str | None = Field(default=None, description="The memory home folder, used to rebuild elsewhere.")
+    recall_policy: RecallPolicy = Field(default="replay", description="'replay' or 'ephemeral' old fences.")
+    history_config: dict[str, Any] = Field(default_factory=dict, description="How to reopen the chat history.")
+    history_messages: list[dict[str, Any]] | None = Field(
+        default=None, description="Chat history carried inside the serialized form when its store is in memory."
+    )
+    recall_log: dict[str, str] = Field(default_factory=dict, description="Fenced recall per user message.")
+    synced_turns: list[str] = Field(default_factory=list, description="User messages whose turn was synced.")
+
+    _state: Any = PrivateAttr(default=None)
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def class_name(cls) -> str:
+        return "IronMemory"
+
+    @classmethod
+    def from_defaults(  # type: ignore[override]
+        cls,
+        manager: MemoryManager | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        history: BaseMemory | dict[str, Any] | None = None,
+        *,
+        session: Session | None = None,
+        home: str | Path | None = None,
+        history_path: str | Path | None = None,
+        recall_policy: RecallPolicy = "replay",
+        **history_kwargs: Any,
+    ) -> IronMemory:
+        """Create a memory for one conversation.
+
+        Args:
+            manager: the :class:`MemoryManager` (its providers and home). Omit it to open one at ``home``
+                (or ``$IRONMEM_HOME``); that manager is then closed by :meth:`close`.
+            session_id: the conversation id (a new one when omitted). Reusing an id continues its history
+                when the history store is persistent.
+            user_id: whose memory this is.
+            history: a ``llama_index.core.memory.Memory`` (or any ``BaseMemory``) to keep the chat history,
+                or a dict of ``Memory.from_defaults`` arguments. Default: a stock ``Memory``.
+            session: an already started :class:`Session` (instead of ``manager``/``session_id``/``user_id``).
+            history_path: keep the chat history in this SQLite file (shortcut for
+                ``async_database_uri="sqlite+aiosqlite:///<path>"``).
+            recall_policy: ``"replay"`` (default) re-sends every earlier turn's fence unchanged, which keeps
+                the prompt a pure extension of the previous one; ``"ephemeral"`` sends only the current one.
+            **history_kwargs: more ``Memory.from_defaults`` arguments (``token_limit``, ``table_name``,
+                ``async_database_uri``, ...).
+        """
+        if recall_policy not in ("replay", "ephemeral"):
+            raise ValueError(f"recall_policy must be 'replay' or 'ephemeral', got {recall_policy!r}")
+        owns_manager = False
+        if session is not None:
+            if not isinstance(session, Session):
+                raise TypeError(f"session must be an ironmem Session, got {type(session).__name__}")
+            manager = session.manager
+        else:
+            if manager is None:
+                manager = MemoryManager(home=home)
+                owns_manager = True
+            elif not isinstance(manager, MemoryManager):
+                raise TypeError(
+                    f"manager must be an ironmem MemoryManager, got {type(manager).__name__}; "
+                    "build one with MemoryManager(home=...)"
+                )
+            session = manager.start_session(session_id, user_id)
+        history_obj, config = _build_history(session.id, history, history_path, history_kwargs)
+        state = _State(manager, session, history_obj, owns_manager=owns_manager)
+        handle = _registry.new_handle()
+        _registry.register(handle, state)
+        return cls(
+            memory_id=handle,
+            session_id=session.id,
+            user_id=session.user_id,
+            home=str(manager.home),
+            recall_policy=recall_policy,
+            history_config=config,
+        )
+
+    def model_post_init(self, __context: Any) -> None:
+        """Attach to the live state: the registered one for ``memory_id``, or one rebuilt from the fields."""
+        state = _registry.lookup(self.memory_id) if self.memory_id else None
+        if state is None:
+            state = self._rebuild()
+        self._state = state
+
+    def _rebuild(self) -> _State:
+        """Reopen this memory from its serialized fields (a new process, or a handle that was closed)."""
+        if not self.home:
+            raise ValueError(
+                "cannot rebuild IronMemory: its 'home' (memory folder) is unknown. Create it with "
+                "IronMemory.from_defaults(manager=..., session_id=...) or pass home=..."
+            )
+        manager = MemoryManager(home=self.home)
+        session = manager.start_session(self.session_id or None, self.user_id)
+        config = dict(self.history_config)
+        chat_history = None
+        if self.history_messages:
+            chat_history = [ChatMessage.model_validate(m) for m in self.history_messages]
+        elif config.get("async_database_uri") in _IN_MEMORY_URIS:
+            log.warning(
+                "IronMemory %s rebuilt without its chat history (it was kept in memory); "
+                "pass history_path=... to keep the history in a file", session.id,
+            )
+        config.setdefault("session_id", session.id)
+        history = Memory.from_defaults(chat_history=chat_history, **config)
+        state = _State(manager, session, history, owns_manager=True)
+        state.fences.update(self.recall_log)
+        state.synced.update(self.synced_turns)
+        handle = self.memory_id or _registry.new_handle()
+        _registry.register(handle, state)
+        self.memory_id = handle
+        self.session_id = session.id
+        return state
+
+    # -- copies and serialization ---------------------------------------------------------------
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> IronMemory:
+        """A deep copy is the same memory (workflows deep-copy state in ``edit_state``)."""
+        return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        private = state.get("__pydantic_private__")
+        if private:
+            state["__pydantic_private__"] = {k: v for k, v in private.items() if k != "_state"}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if getattr(self, "_state", None) is None:
+            self.model_post_init(None)
+
+    @model_serializer(mode="wrap")
+    def custom_model_dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        data = handler(self)
+        data["class_name"] = self.class_name()
+        state: _State | None = self._state
+        if state is not None:
+            with state.lock:
+                data["recall_log"] = dict(state.fences)
+                data["synced_turns"] = sorted(state.synced)
+            if state.history_is_ephemeral():
+                try:
+                    data["history_messages"] = [m.model_dump(mode="json") for m in state.history.get_all()]
+                except Exception as exc:  # serialization must not break the workflow
+                    log.warning("IronMemory: chat history not included in the serialized form: %s", exc)
+        return data
+
+    # -- the live objects -----------------------------------------------------------------------
+    @property
+    def state(self) -> _State:
+        state = self._state
+        if state is None or state.closed:
+            raise RuntimeError("this IronMemory is closed; create a new one with IronMemory.from_defaults(...)")
+        return state
+
+    @property
+    def session(self) -> Session:
+        """The ironmem session behind this memory."""
+        return self.state.session
+
+    @property
+    def manager(self) -> MemoryManager:
+        return self.state.manager
+
+    @property
+    def history(self) -> BaseMemory:
+        """The stock LlamaIndex memory holding the chat history (no snapshot, no fences)."""
+        return self.state.history
+
+    @property
+    def snapshot(self) -> str:
+        """The frozen snapshot text sent as the first system message."""
+        return self.state.session.system_prompt_block()
+
+    def tools(self) -> list[Any]:
+        """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas)."""
+        from .tools import IronMemoryToolSpec
+
+        return IronMemoryToolSpec(self.state.session).to_tool_list()
+
+    def close(self) -> None:
+        """End the session (drains queued syncs) and release the handle; closes a manager it opened."""
+        state = self._state
+        if state is None or state.closed:
+            return
+        state.closed = True
+        state.session.end()
+        _registry.unregister(self.memory_id)
+        if state.owns_manager:
+            state.manager.close()
+
+    # -- reading --------------------------------------------------------------------------------
+    def get(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
+        """Snapshot, then the history with fenced recall before a copy of the user message(s)."""
+        state = self.state
+        messages = state.history.get(input=input, **kwargs)
+        everything = state.history.get_all()
+        current = self._current(everything, input)
+        if current is not None and current[0] not in state.fences:
+            self._recall(current[0], current[1])
+        return self._compose(messages, everything, current)
+
+    async def aget(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
+        state = self.state
+        messages = await state.history.aget(input=input, **kwargs)
+        everything = await state.history.aget_all()
+        current = self._current(everything, input)
+        if current is not None and current[0] not in state.fences:
+            await asyncio.to_thread(self._recall, current[0], current[1])
+        return self._compose(messages, everything, current)
+
+    def get_all(self, **kwargs: Any) -> list[ChatMessage]:
+        """The stored chat history: exactly what was put, no snapshot, no fences."""
+        return self.state.history.get_all(**kwargs)
+
+    async def aget_all(self, **kwargs: Any) -> list[ChatMessage]:
+        return await self.state.history.aget_all(**kwargs)
+
+    def _current(self, everything: Sequence[ChatMessage], input: str | ChatMessage | None) -> (
+        tuple[str, str, bool] | None
+    ):
+        """The user message this request answers: (key, text, pending).
+
+        ``pending`` means the engine passed the message as ``input`` before storing it
+        (``CondensePlusContextChatEngine``): it will be stored next, at position ``len(everything)``.
+        """
+        input_text = text_of(input).strip() if input is not None else ""
+        last = everything[-1] if everything else None
+        if input_text and (last is None or (role_of(last) in ("assistant", "system") and not has_tool_calls(last))):
+            text = text_of(input)
+            return message_key(len(everything), text), text, True
+        for position in range(len(everything) - 1, -1, -1):
+            if role_of(everything[position]) == "user":
+                text = text_of(everything[position])
+                return message_key(position, text), text, False
+        return None
+
+    def _recall(self, key: str, text: str) -> str:
+        """Prefetch once per user message; later calls reuse the stored fence."""
+        state = self.state
+        with state.lock:
+            if key in state.fences:
+                return state.fences[key]
+            fenced = state.session.prefetch(text).fenced() if text.strip() else ""
+            state.fences[key] = fenced
+            return fenced
+
+    def _compose(
+        self,
+        messages: Sequence[ChatMessage],
+        everything: Sequence[ChatMessage],
+        current: tuple[str, str, bool] | None,
+    ) -> list[ChatMessage]:
+        state = self.state
+        out = [ChatMessage(role=MessageRole.SYSTEM, content=state.session.system_prompt_block())]
+        # The history a memory returns may be a suffix of everything (old messages archived) and may hold
+        # extra messages (memory blocks): pair user messages from the end.
+        stored_users = [i for i, m in enumerate(everything) if role_of(m) == "user"]
+        shown_users = [j for j, m in enumerate(messages) if role_of(m) == "user"]
+        position_of = dict(zip(reversed(shown_users), reversed(stored_users)))
+        current_key = current[0] if current else None
+        with state.lock:
+            fences = dict(state.fences)
+        for j, message in enumerate(messages):
+            position = position_of.get(j)
+            if position is not None:
+                key = message_key(position, text_of(everything[position]))
+                fenced = fences.get(key, "")
+                if fenced and (self.recall_policy == "replay" or key == current_key):
+                    message = with_fence(message, fenced)
+            out.append(message)
+        if current is not None and current[2]:
+            fenced = fences.get(current[0], "")
+            if fenced:
+                out.append(ChatMessage(role=MessageRole.USER, content=fenced))
+        return out
+
+    # -- writing --------------------------------------------------------------------------------
+    def _clean(self, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """Drop what this memory added on the way out (snapshot message, fences) before storing."""
+        snapshot = self.state.session.system_prompt_block()
+        cleaned = []
+        for message in messages:
+            if not isinstance(message, ChatMessage):
+                raise TypeError(f"IronMemory stores llama_index ChatMessage objects, got {type(message).__name__}")
+            if role_of(message) == "system" and text_of(message) == snapshot:
+                continue
+            stripped = strip_fence(message)
+            if stripped is not None:
+                cleaned.append(stripped)
+        return cleaned
+
+    def _turns_to_sync(self, everything: Sequence[ChatMessage], start: int) -> list[tuple[str, str, str]]:
+        """(key, user text, answer) for each final answer at or after ``start`` whose turn is not synced yet."""
+        state = self.state
+        out: list[tuple[str, str, str]] = []
+        with state.lock:
+            for position in range(max(start, 0), len(everything)):
+                message = everything[position]
+                if not is_final_answer(message):
+                    continue
+                user_position = next(
+                    (i for i in range(position - 1, -1, -1) if role_of(everything[i]) == "user"), None
+                )
+                if user_position is None:
+                    continue
+                user_text = text_of(everything[user_position])
+                key = message_key(user_position, user_text)
+                if key in state.synced:
+                    continue
+                state.synced.add(key)
+                out.append((key, user_text, answer_text(message)))
+        return out
+
+    def _sync(self, turns: list[tuple[str, str, str]]) -> None:
+        for _, user, answer in turns:
+            self.state.session.sync_turn(user, answer)
+
+    async def _async_sync(self, turns: list[tuple[str, str, str]]) -> None:
+        for _, user, answer in turns:
+            await self.state.session.async_turn(user, answer)
+
+    def put(self, message: ChatMessage, **kwargs: Any) -> None:
+        """Store a message; a final assistant answer syncs its turn."""
+        self.put_messages([message], **kwargs)
+
+    async def aput(self, message: ChatMessage, **kwargs: Any) -> None:
+        await self.aput_messages([message], **kwargs)
+
+    def put_messages(self, messages: list[ChatMessage], **kwargs: Any) -> None:
+        cleaned = self._clean(messages)
+        if not cleaned:
+            return
+        history = self.state.history
+        if len(cleaned) == 1:
+            history.put(cleaned[0], **kwargs)
+        else:
+            history.put_messages(cleaned, **kwargs)
+        if any(is_final_answer(m) for m in cleaned):
+            everything = history.get_all()
+            self._sync(self._turns_to_sync(everything, len(everything) - len(cleaned)))
+
+    async def aput_messages(self, messages: list[ChatMessage], **kwargs: Any) -> None:
+        cleaned = self._clean(messages)
+        if not cleaned:
+            return
+        history = self.state.history
+        if len(cleaned) == 1:
+            await history.aput(cleaned[0], **kwargs)
+        else:
+            await history.aput_messages(cleaned, **kwargs)
+        if any(is_final_answer(m) for m in cleaned):
+            everything = await history.aget_all()
+            await self._async_sync(self._turns_to_sync(everything, len(everything) - len(cleaned)))
+
+    def set(self, messages: list[ChatMessage], **kwargs: Any) -> None:
+        """Replace the history; every finished turn in it that was not synced yet is synced."""
+        cleaned = self._clean(messages)
+        self.state.history.set(cleaned, **kwargs)
+        self._sync(self._turns_to_sync(cleaned, 0))
+
+    async def aset(self, messages: list[ChatMessage], **kwargs: Any) -> None:
+        cleaned = self._clean(messages)
+        await self.state.history.aset(cleaned, **kwargs)
+        await self._async_sync(self._turns_to_sync(cleaned, 0))
+
+    def reset(self, **kwargs: Any) -> None:
+        """Clear the chat history (the memory files and the turn index are untouched)."""
+        state = self.state
+        state.history.reset(**kwargs)
+        with state.lock:
+            state.fences.clear()
+            state.synced.clear()
+
+    async def areset(self, **kwargs: Any) -> None:
+        state = self.state
+        await state.history.areset(**kwargs)
+        with state.lock:
+            state.fences.clear()
+            state.synced.clear()
+
+    def __repr__(self) -> str:
+        return f"IronMemory(session_id={self.session_id!r}, user_id={self.user_id!r}, memory_id={self.memory_id!r})"
+
+
+def _build_history(
+    session_id: str,
+    history: BaseMemory | dict[str, Any] | None,
+    history_path: str | Path | None,
+    history_kwargs: dict[str, Any],
+) -> tuple[BaseMemory, dict[str, Any]]:
+    if isinstance(history, BaseMemory):
+        if history_kwargs or history_path is not None:
+            raise ValueError("pass either a ready history memory or Memory.from_defaults arguments, not both")
+        if isinstance(history, IronMemory):
+            raise TypeError("history must be a plain LlamaIndex memory (e.g. Memory), not another IronMemory")
+        return history, _portable_history_config(history, {})
+    if history is not None and not isinstance(history, dict):
+        raise TypeError(
+            "history must be a llama_index BaseMemory (e.g. Memory.from_defaults(...)) or a dict of "
+            f"Memory.from_defaults arguments, got {type(history).__name__}"
+        )
+    kwargs = {**(history or {}), **history_kwargs}
+    if history_path is not None:
+        if "async_database_uri" in kwargs:
+            raise ValueError("pass history_path or async_database_uri, not both")
+        path = Path(history_path).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kwargs["async_database_uri"] = f"sqlite+aiosqlite:///{path}"
+    kwargs.setdefault("session_id", session_id)
+    memory = Memory.from_defaults(**kwargs)
+    return memory, _portable_history_config(memory, kwargs)
