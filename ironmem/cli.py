@@ -77,7 +77,9 @@ class Options:
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    # Piped output (not a terminal) gets 120 columns unless COLUMNS says otherwise, so tables stay readable.
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(highlight=False, soft_wrap=False, width=width)
 
 
 def _echo_json(data: Any) -> None:
@@ -567,38 +569,9 @@ def tokens(
     if as_json:
         _echo_json(report.to_dict())
         return
+    from .demo import print_token_report
+
     print_token_report(report, _console())
-
-
-def print_token_report(report: Any, console: Console) -> None:
-    """Render a :class:`~ironmem.core.tokens.TokenReport` as rich tables."""
-    summary = Table(title=f"memory cost in tokens ({report.encoding})", title_justify="left")
-    summary.add_column("item")
-    summary.add_column("tokens", justify="right")
-    summary.add_row("fence overhead (tags + system note)", f"{report.fence_overhead:,}")
-    summary.add_row(f"frozen snapshot ({report.snapshot_chars:,} chars)", f"{report.snapshot:,}")
-    recall = "-" if report.last_recall is None else f"{report.last_recall:,}"
-    summary.add_row("last recall (fenced)", recall)
-    console.print(summary)
-    tools = Table(title="tool schemas as sent", title_justify="left")
-    tools.add_column("tool")
-    tools.add_column("provider")
-    tools.add_column("OpenAI", justify="right")
-    tools.add_column("Anthropic", justify="right")
-    for t in report.tools:
-        tools.add_row(t.name, t.provider, f"{t.openai:,}", f"{t.anthropic:,}")
-    tools.add_row(Text("tools array", style="bold"), "", f"{report.tools_openai:,}", f"{report.tools_anthropic:,}")
-    console.print(tools)
-    if report.what_if:
-        what_if = Table(title=f"if N external providers were allowed ({report.what_if_source})", title_justify="left")
-        for column in ("N", "tools", "OpenAI", "Anthropic", "rule 1"):
-            what_if.add_column(column, justify="right" if column != "rule 1" else "left")
-        for row in report.what_if:
-            verdict = Text("allowed", style="green") if row.allowed else Text("refused", style="red")
-            what_if.add_row(str(row.external_providers), str(row.tools), f"{row.openai:,}", f"{row.anthropic:,}", verdict)
-        console.print(what_if)
-    elif report.what_if_source:
-        console.print(Text(f"what-if table: {report.what_if_source}", style="dim"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -619,7 +592,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Replay a scripted session under each memory strategy and provider policy: cached share and cost."""
-    from .demo import run_simulation
+    from .demo import DemoError, run_simulation
 
     if turns < 1:
         raise CLIError(f"--turns must be at least 1, got {turns}")
@@ -628,10 +601,13 @@ def simulate(
     policies = list(policy) if policy else None
     strategies = list(strategy) if strategy else None
     console = _console()
-    rows = run_simulation(
-        turns=turns, write_every=write_every, policies=policies, strategies=strategies,
-        progress=None if as_json else console,
-    )
+    try:
+        rows = run_simulation(
+            turns=turns, write_every=write_every, policies=policies, strategies=strategies,
+            progress=None if as_json else console,
+        )
+    except DemoError as exc:
+        raise CLIError(str(exc)) from None
     if as_json:
         _echo_json({"turns": turns, "write_every": write_every, "results": rows})
         return
@@ -673,14 +649,17 @@ def demo(
     as_json: bool = typer.Option(False, "--json", help="Print the demo's record as JSON."),
 ) -> None:
     """A scripted two-session agent run: frozen snapshot, fenced recall, memory write, token and cache report."""
-    from .demo import run_demo
+    from .demo import DemoError, run_demo
 
     opts = _opts(ctx)
     home = None
     if opts.home or os.environ.get("IRONMEM_HOME"):
         home = _demo_home(opts.home)
-    run_demo(framework=framework, model=model, home=home, console=None if as_json else _console(),
-             as_json=as_json)
+    try:
+        run_demo(framework=framework, model=model, home=home, console=None if as_json else _console(),
+                 as_json=as_json)
+    except DemoError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def _demo_home(home: str | None) -> Path:
