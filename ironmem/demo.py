@@ -519,7 +519,7 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
     from llama_index.core.agent.workflow.workflow_events import ToolCallResult
     from llama_index.core.tools import FunctionTool
 
-    from .adapters.llama_index import IronMemory, IronMemoryToolSpec
+    from .adapters.llama_index import IronMemory
     from .core.replay import APP_TOOLS, BASE_SYSTEM_PROMPT
     from .testing.llama_index import ScriptedFunctionCallingLLM
 
@@ -543,12 +543,12 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
             number = turn_in_session[spec.session]
             if spec.session not in memories:
                 for old in memories.values():
-                    old.end()
+                    old.close()
                 memories[spec.session] = IronMemory.from_defaults(
                     manager=manager, session_id=f"demo-{tag}-session-{spec.session}", user_id="ada"
                 )
             memory = memories[spec.session]
-            tools = IronMemoryToolSpec(memory.session).to_tool_list() + app_tools
+            tools = memory.tools() + app_tools
             agent = FunctionAgent(tools=tools, llm=llm, system_prompt=BASE_SYSTEM_PROMPT)
             first = len(llm.requests)
             handler = agent.run(spec.user, memory=memory)
@@ -573,7 +573,7 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
             turn.recall_fenced = requests[turn.requests[0] - 1].recall_fenced if turn.requests else ""
             turns.append(turn)
         for memory in memories.values():
-            memory.end()
+            memory.close()
 
     asyncio.run(run_all())
     return requests, turns
