@@ -162,6 +162,7 @@ def test_two_threads_with_a_memory_write(manager: MemoryManager, mode: str) -> N
     error = json.loads(bad.content)
     assert error["success"] is False and "action must be one of" in error["error"]
     assert result["messages"][-1].content == "Sorry, saving failed."
+    assert sorted(result) == ["messages"]  # ironmem's private state never shows in the agent's output
 
     # Every turn was synced, under the thread's session id.
     assert manager.builtin.index.turn_count("A") == len(A_TURNS)
@@ -346,3 +347,31 @@ async def test_async_tool_call_routes_to_the_thread_session(manager: MemoryManag
     assert list(middleware.sessions) == ["async-thread"]
     assert "Deploys happen on Fridays" in manager.builtin.state("memory").entries
     assert manager.builtin.index.turn_count("async-thread") == 1
+
+
+def test_block_contents_and_no_system_prompt(manager: MemoryManager) -> None:
+    from langchain_core.messages import SystemMessage
+
+    manager.start_session("past").sync_turn("Our release train leaves every second Tuesday.", "Got it.")
+    system = SystemMessage(content=[{"type": "text", "text": "Rule one."}, "Rule two."])
+    user_blocks = [{"type": "text", "text": "When does the release train leave?"},
+                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    model = ScriptedChatModel(["Every second Tuesday.", "Hi."])
+    middleware = IronMemoryMiddleware(manager)
+    agent = create_agent(model, system_prompt=system, middleware=[middleware], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage(content=user_blocks)]}, config("blocks"))
+    sent = model.requests[0]
+    snapshot = middleware.sessions["blocks"].system_prompt_block()
+    assert sent.messages[0].content == [{"type": "text", "text": "Rule one."}, {"type": "text", "text": "Rule two."},
+                                        {"type": "text", "text": snapshot}]
+    user = sent.messages[1].content
+    assert user[0]["type"] == "text" and user[0]["text"].startswith(FENCE_OPEN) and "release train" in user[0]["text"]
+    assert user[1:] == user_blocks  # the user's own blocks follow, untouched
+    stored = agent.get_state(config("blocks")).values["messages"][0].content
+    assert stored == user_blocks
+
+    bare = ScriptedChatModel(["Hi."])
+    create_agent(bare, middleware=[IronMemoryMiddleware(manager)]).invoke({"messages": [("user", "hi")]})
+    assert bare.requests[0].messages[0].content == [
+        {"type": "text", "text": bare.requests[0].messages[0].content[0]["text"]}]
+    assert bare.requests[0].system_text.startswith("Persistent memory")
