@@ -158,9 +158,17 @@ def test_report_for_a_fresh_session(manager, counter: TokenCounter) -> None:
         assert tool.provider == "builtin"
     assert report.tools_openai == counter.count_tools(session.tool_schemas(), "openai")
     assert report.providers["builtin"]["openai"] == sum(t.openai for t in report.tools)
-    assert report.what_if == ()  # no external provider and none registered
-    assert "what_if=" in report.what_if_source
+    # no external provider: the what-if uses the providers registered under the ironmem.providers entry point
+    if report.what_if:
+        assert report.what_if_source.startswith("registered providers: ")
+        assert report.what_if[0].openai == report.tools_openai  # N=0 is the session as it is
+        assert [r.allowed for r in report.what_if] == [True, True] + [False] * (len(report.what_if) - 2)
+        assert all(a.openai < b.openai for a, b in zip(report.what_if, report.what_if[1:]))
+    else:
+        assert "what_if=" in report.what_if_source
     json.dumps(report.to_dict())
+    explicit_none = TokenReport.for_session(session, counter, what_if=[])
+    assert explicit_none.what_if == () and explicit_none.what_if_source == "none given"
 
 
 def test_report_measures_the_last_recall(manager, counter: TokenCounter) -> None:

@@ -448,7 +448,7 @@ def _what_if_sets(
     found = _registered_provider_schemas()
     if found:
         names = ", ".join(name for name, _ in found)
-        return [group for _, group in found], f"registered providers: {names}"
+        return [group for _, group in found], f"registered providers: {names}, in turn"
     return [], "no external provider schemas available: pass what_if=[[ToolSchema, ...], ...]"
 
 
@@ -487,6 +487,10 @@ def _registered_provider_schemas() -> list[tuple[str, list[ToolSchema]]]:
             group = [s for s in provider.tool_schemas() if isinstance(s, ToolSchema)]
         except Exception:
             continue
+        try:
+            provider.shutdown()
+        except Exception:
+            pass
         if group:
             out.append((getattr(provider, "name", ep.name) or ep.name, group))
     return out
