@@ -142,7 +142,8 @@ _CHECKED = "2026-11-29"
 def _openai(model: str, price: float, cached: float, note: str = "") -> ModelPrice:
     return ModelPrice(
         "openai", model, price, cached / price, 1024, as_of=_CHECKED,
-        source=f"price ${price}/MTok, cached ${cached}/MTok: {_OPENAI_PRICES}; caching rules: {_OPENAI_CACHING}{note}",
+        source=f"price ${price}/MTok, cached ${cached}/MTok: {_OPENAI_PRICES}; "
+        f"caching rules: {_OPENAI_CACHING}{note}",
     )
 
 
@@ -341,9 +342,23 @@ def _check_tokens(tokens: Sequence[int]) -> list[int]:
     if isinstance(tokens, (str, bytes)):
         raise TypeError("request() takes a sequence of token ids (ints), not text; encode it with TokenCounter first")
     out = list(tokens)
-    if out and not all(isinstance(t, int) for t in out):
-        raise TypeError("request() takes a sequence of token ids (ints)")
+    try:
+        array("q", out)  # C-speed check that every item is an int
+    except (TypeError, OverflowError):
+        raise TypeError("request() takes a sequence of token ids (ints)") from None
     return out
+
+
+def _shared_prefix(a: bytes, b: bytes, width: int = 8) -> int:
+    """Number of leading ``width``-byte items ``a`` and ``b`` share (binary search over C-speed compares)."""
+    lo, hi = 0, min(len(a), len(b)) // width
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[: mid * width] == b[: mid * width]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 # ------------------------------------------------------------------------------------------------
@@ -465,14 +480,20 @@ class OpenAIPolicy(_ImplicitPrefixPolicy):
         ttft: TTFTModel | None = None,
     ) -> None:
         if retention not in ("in_memory", "24h"):
-            raise ValueError(f"retention must be 'in_memory' or '24h' (OpenAI's prompt_cache_retention), got {retention!r}")
+            raise ValueError(
+                f"retention must be 'in_memory' or '24h' (OpenAI's prompt_cache_retention), got {retention!r}"
+            )
         super().__init__(price or (prices or PRICES).get("openai", model), ttft)
         self.model = model
         self.retention = retention
-        self.idle_ttl_s = float(idle_ttl_s) if idle_ttl_s is not None else (300.0 if retention == "in_memory" else 86_400.0)
+        default_ttl = 300.0 if retention == "in_memory" else 86_400.0
+        self.idle_ttl_s = float(idle_ttl_s) if idle_ttl_s is not None else default_ttl
 
     def describe(self) -> str:
-        return f"OpenAI {self.model} (>= {self.min_tokens:,} tokens, {self.unit}-token steps, cached x{self.price.cached_multiplier:g}, idle TTL {self.idle_ttl_s:g}s)"
+        return (
+            f"OpenAI {self.model} (>= {self.min_tokens:,} tokens, {self.unit}-token steps, "
+            f"cached x{self.price.cached_multiplier:g}, idle TTL {self.idle_ttl_s:g}s)"
+        )
 
 
 class GeminiPolicy(_ImplicitPrefixPolicy):
@@ -500,7 +521,10 @@ class GeminiPolicy(_ImplicitPrefixPolicy):
         self.idle_ttl_s = float(idle_ttl_s)
 
     def describe(self) -> str:
-        return f"Gemini {self.model} (implicit, >= {self.min_tokens:,} tokens, cached x{self.price.cached_multiplier:g})"
+        return (
+            f"Gemini {self.model} (implicit, >= {self.min_tokens:,} tokens, "
+            f"cached x{self.price.cached_multiplier:g})"
+        )
 
 
 class DeepSeekPolicy(_ImplicitPrefixPolicy):
@@ -677,7 +701,9 @@ class VLLMPolicy(CachePolicy):
         if capacity_blocks is not None and capacity_blocks < 1:
             raise ValueError(f"capacity_blocks must be >= 1 or None (unbounded), got {capacity_blocks!r}")
         base = PRICES.get("vllm", "*")
-        price = dataclasses.replace(base, input_per_mtok=float(compute_cost_per_mtok), min_cacheable_tokens=block_size)
+        price = dataclasses.replace(
+            base, input_per_mtok=float(compute_cost_per_mtok), min_cacheable_tokens=block_size
+        )
         super().__init__(price, ttft or TTFTModel(overhead_s=0.02))
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
@@ -803,16 +829,17 @@ def theoretical_max_cached(requests: Sequence[Sequence[int]], policy: CachePolic
         >>> theoretical_max_cached([list(range(1500)), list(range(1300)) + [-1]], OpenAIPolicy())
         [0, 1280]
     """
-    seen: set[int] = set()
+    earlier: list[bytes] = []
     out: list[int] = []
     for tokens in requests:
         seq = _check_tokens(tokens)
-        hashes = _block_hashes(seq, 1)
+        raw = array("q", seq).tobytes()
         shared = 0
-        for h in hashes:  # prefix-closed set: the first miss ends the shared prefix
-            if h not in seen:
-                break
-            shared += 1
+        for other in reversed(earlier):  # the latest request usually shares the most
+            probe = (shared + 1) * 8
+            if len(other) < probe or len(raw) < probe or raw[:probe] != other[:probe]:
+                continue  # cannot beat the best so far
+            shared = _shared_prefix(raw, other)
         out.append(policy.max_cached(len(seq), shared))
-        seen.update(hashes)
+        earlier.append(raw)
     return out

@@ -38,6 +38,7 @@ import random
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,6 +109,12 @@ class TokenizedRequest:
         return len(self.tokens)
 
 
+@lru_cache(maxsize=16_384)
+def _encode(counter: TokenCounter, text: str) -> tuple[int, ...]:
+    """Encoding memo: a replay re-sends the same history messages in every request."""
+    return tuple(counter.encode(text))
+
+
 def _message_text(message: Mapping[str, Any]) -> str:
     content = message.get("content") or ""
     if not isinstance(content, str):
@@ -146,9 +153,9 @@ def request_tokens(
 
     fmt = "anthropic" if provider == "anthropic" else "openai"
     tools = [t.to_anthropic() if fmt == "anthropic" else t.to_openai() for t in request.tools]
-    tool_ids = counter.encode(serialize_json(tools)) if tools else []
+    tool_ids = list(_encode(counter, serialize_json(tools))) if tools else []
     system_text = "\n\n".join(block for block in request.system if block)
-    system_ids = [START, *counter.encode("system"), SEP, *counter.encode(system_text), END] if system_text else []
+    system_ids = [START, *_encode(counter, "system"), SEP, *_encode(counter, system_text), END] if system_text else []
     if provider == "anthropic":
         add("tools", tool_ids)
         add("system", system_ids)
@@ -156,8 +163,8 @@ def request_tokens(
         add("system", system_ids)
         add("tools", tool_ids)
     for message in request.messages:
-        add("message", [START, *counter.encode(str(message["role"])), SEP,
-                        *counter.encode(_message_text(message)), END])
+        add("message", [START, *_encode(counter, str(message["role"])), SEP,
+                        *_encode(counter, _message_text(message)), END])
 
     breakpoints: list[int] = []
     if provider == "anthropic" and anthropic_breakpoints != "none":

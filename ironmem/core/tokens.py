@@ -1,7 +1,7 @@
 """Token accounting: what the fence, the tool schemas, the snapshot and the recall cost.
 
-:class:`TokenCounter` counts with tiktoken. :class:`TokenReport` measures a live :class:`~ironmem.core.manager.Session`
-and answers "what if N external providers were allowed" (the schema growth that rule 1 prevents).
+:class:`TokenCounter` counts with tiktoken. :class:`TokenReport` measures a live
+:class:`~ironmem.core.manager.Session` and answers "what if N external providers were allowed" (the schema growth that rule 1 prevents).
 
 How tool schemas are counted: each tool is converted with :meth:`ToolSchema.to_openai` or
 :meth:`ToolSchema.to_anthropic` and serialized the way the official ``openai`` and ``anthropic`` Python SDKs put it
