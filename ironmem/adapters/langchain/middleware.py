@@ -36,6 +36,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from ...core.fence import fence
@@ -157,10 +158,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         thread_id = getattr(info, "thread_id", None)
         config: RunnableConfig | None = None
         try:
-            from langgraph.config import get_config
-
             config = get_config()
-        except Exception:  # outside a runnable context
+        except RuntimeError:  # called outside a runnable context
             config = None
         if not thread_id:
             thread_id = thread_id_from_config(config)
