@@ -34,8 +34,8 @@ def test_langchain_anthropic_message_with_ttl_split() -> None:
 
 def test_langchain_openai_tier_prefixed_keys() -> None:
     from langchain_core.messages import AIMessage
-    from langchain_openai.chat_models.base import _create_usage_metadata
 
+    _create_usage_metadata = pytest.importorskip("langchain_openai.chat_models.base")._create_usage_metadata
     usage = {"prompt_tokens": 3000, "completion_tokens": 20, "total_tokens": 3020,
              "prompt_tokens_details": {"cached_tokens": 2816}}
     for tier in ("priority", "flex", None):
