@@ -145,7 +145,10 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> tuple[Path, str]
 
 
 def _open_manager(opts: Options) -> MemoryManager:
-    """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home."""
+    """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home.
+
+    With both ``--config`` and ``--home``, the home from the command line wins over the file's ``memory.home``.
+    """
     from .core.manager import MemoryManager
 
     if opts.config:
@@ -153,30 +156,23 @@ def _open_manager(opts: Options) -> MemoryManager:
         if not config.is_file():
             raise CLIError(f"config file {config} does not exist (from --config); pass the path of a config.yaml")
         try:
-            from .core import config as config_module  # noqa: F401 - presence check
+            from .core.config import manager_from_config
         except ImportError as exc:
             raise CLIError(f"this ironmem install cannot read config files ({exc}); reinstall ironmem") from exc
-        home_override = None
-        if opts.home or os.environ.get("IRONMEM_HOME"):
-            home_override, _ = resolve_home(opts.home)
-        return _manager_from_config(config, home_override)
+        if not opts.home:
+            return manager_from_config(config)
+        home, _ = resolve_home(opts.home)
+        previous = os.environ.get("IRONMEM_MEMORY_HOME")
+        os.environ["IRONMEM_MEMORY_HOME"] = str(home)  # config.py: IRONMEM_MEMORY_<KEY> overrides the file
+        try:
+            return manager_from_config(config)
+        finally:
+            if previous is None:
+                os.environ.pop("IRONMEM_MEMORY_HOME", None)
+            else:
+                os.environ["IRONMEM_MEMORY_HOME"] = previous
     home, _ = resolve_home(opts.home)
     return MemoryManager(home=home)
-
-
-def _manager_from_config(config: Path, home: Path | None) -> MemoryManager:
-    """Build the manager from ``config``; ``home`` (from ``--home`` / ``IRONMEM_HOME``) overrides the file's."""
-    from .core import config as config_module
-    from .core.manager import MemoryManager
-
-    if home is not None:
-        builder = getattr(config_module, "manager_from_config", None)
-        if builder is not None:
-            try:
-                return builder(config, home=home)
-            except TypeError:
-                pass
-    return MemoryManager.from_config(config)
 
 
 @contextmanager
@@ -620,7 +616,8 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
     table = Table(title=title or None, title_justify="left")
     for column in ("policy", "strategy", "requests", "input tokens", "cached", "cost", "no-cache cost",
                    "saved", "of max"):
-        table.add_column(column, justify="left" if column in ("policy", "strategy") else "right")
+        table.add_column(column, justify="left" if column in ("policy", "strategy") else "right",
+                         no_wrap=column in ("policy", "strategy"))
     last_policy = None
     for row in rows:
         label = row["policy"] if row["policy"] != last_policy else ""
@@ -685,13 +682,22 @@ def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the ``ironmem`` command (``argv`` defaults to ``sys.argv[1:]``)."""
-    from .core.errors import IronMemError
-
+    """Run the ``ironmem`` command (``argv`` defaults to ``sys.argv[1:]``); exits with its status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         args = ["--help"]
     debug = os.environ.get("IRONMEM_DEBUG") not in (None, "", "0")
+    logger = logging.getLogger("ironmem")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    try:
+        _run(args, debug)
+    finally:  # leave logging as it was (matters when main() is called in-process, e.g. from tests)
+        logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
+
+
+def _run(args: list[str], debug: bool) -> None:
+    from .core.errors import IronMemError
+
     try:
         code = app(args=args, prog_name="ironmem", standalone_mode=False)
     except CLIError as exc:

@@ -465,7 +465,7 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str) -> tuple
 # LlamaIndex run
 # --------------------------------------------------------------------------------------------------
 def _li_steps(turns: Sequence[ScriptTurn]) -> list[Any]:
-    from .testing.llama_index import tool_call
+    from .testing.llama_index import ScriptedToolCall
 
     steps: list[Any] = []
     counter = 0
@@ -473,7 +473,7 @@ def _li_steps(turns: Sequence[ScriptTurn]) -> list[Any]:
         for step in turn.steps:
             if isinstance(step, ToolStep):
                 counter += 1
-                steps.append(tool_call(step.name, f"call_demo_{counter}", **step.args))
+                steps.append(ScriptedToolCall(step.name, dict(step.args), f"call_demo_{counter}"))
             else:
                 reply = step.reply
 
