@@ -238,9 +238,11 @@ def test_resume_with_new_manager_keeps_snapshot_bytes(home: Path) -> None:
     first_manager = MemoryManager(home=home)
     first_manager.start_session("past").sync_turn("I build particle detectors for a living.", "Fascinating!")
     first_model = ScriptedChatModel(["They detect particles."])
+    first_middleware = IronMemoryMiddleware(first_manager)
     first = create_agent(first_model, system_prompt=SYSTEM_PROMPT,
-                         middleware=[IronMemoryMiddleware(first_manager)], checkpointer=saver)
+                         middleware=[first_middleware], checkpointer=saver)
     first.invoke({"messages": [("user", "Tell me about particle detectors.")]}, config("R"))
+    first_snapshot_hash = first_middleware.sessions["R"].snapshot_hash
     sent_before = first_model.requests[-1]
     assert FENCE_OPEN in human_messages(sent_before)[-1].content  # turn 1 had a recall to replay
     # Meanwhile another conversation writes memory; a session started now would see it.
@@ -258,7 +260,9 @@ def test_resume_with_new_manager_keeps_snapshot_bytes(home: Path) -> None:
         sent_after = second_model.requests[0]
         assert sent_after.serialized()[0] == sent_before.serialized()[0]
         assert "Works at CERN" not in sent_after.system_text
-        assert "Works at CERN" in middleware.sessions["R"].system_prompt_block()  # the state's copy won
+        # The new process resumed the thread's own snapshot, so the write made meanwhile is live delta.
+        assert middleware.sessions["R"].snapshot_hash == first_snapshot_hash
+        assert "Works at CERN" in human_messages(sent_after)[-1].content
         assert_extends([sent_before, sent_after])
     finally:
         second_manager.close()

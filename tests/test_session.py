@@ -126,3 +126,17 @@ def test_session_search_tool_and_end(manager: MemoryManager) -> None:
     assert session.turns_synced == 2
     session.end()
     session.end()  # idempotent
+
+
+def test_a_resumed_session_keeps_its_snapshot_and_sees_later_writes(home: Path) -> None:
+    with MemoryManager(home=home) as first_process:
+        original = first_process.start_session("thread-1")
+        saved = original.snapshot.to_dict()
+        json.dumps(saved)  # checkpoint-safe
+    with MemoryManager(home=home) as other_writer:
+        add(other_writer.start_session("elsewhere"), "user", "Moved to Lisbon")
+    with MemoryManager(home=home) as second_process:
+        resumed = second_process.start_session("thread-1", snapshot=saved)
+        assert resumed.system_prompt_block() == original.system_prompt_block()
+        assert "Moved to Lisbon" not in resumed.system_prompt_block()
+        assert "Moved to Lisbon" in resumed.prefetch("where do I live?").fenced()

@@ -401,11 +401,24 @@ class MemoryManager:
         return [schema for _, schema in self._tools.values()]
 
     # -- sessions -------------------------------------------------------------------------------
-    def start_session(self, session_id: str | None = None, user_id: str | None = None) -> Session:
-        """Start a conversation: renders and freezes its snapshot."""
+    def start_session(
+        self,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        *,
+        snapshot: Snapshot | dict[str, Any] | None = None,
+    ) -> Session:
+        """Start a conversation: renders and freezes its snapshot.
+
+        To resume a conversation in another process (a thread restored from a checkpoint), pass the
+        ``snapshot`` it was started with (``session.snapshot.to_dict()``): the session then keeps those exact
+        bytes, and its live delta covers every write made since, by anyone.
+        """
         if self._closed:
             raise RuntimeError("this MemoryManager is closed; create a new one")
-        return Session(self, session_id or uuid.uuid4().hex, user_id)
+        if isinstance(snapshot, dict):
+            snapshot = Snapshot.from_dict(snapshot)
+        return Session(self, session_id or uuid.uuid4().hex, user_id, snapshot=snapshot)
 
     def render_snapshot(self) -> Snapshot:
         """What a session starting now would show in its system prompt."""
@@ -508,7 +521,9 @@ class Session:
         True
     """
 
-    def __init__(self, manager: MemoryManager, session_id: str, user_id: str | None) -> None:
+    def __init__(
+        self, manager: MemoryManager, session_id: str, user_id: str | None, *, snapshot: Snapshot | None = None
+    ) -> None:
         self.manager = manager
         self.id = session_id
         self.user_id = user_id
@@ -526,7 +541,7 @@ class Session:
                 None,
                 timeout=manager.prefetch_timeout,
             )
-        self._snapshot = manager.render_snapshot()
+        self._snapshot = snapshot if snapshot is not None else manager.render_snapshot()
         # Entries already shown (in the snapshot or in an earlier recall), per target.
         self._surfaced: dict[str, set[str]] = {t: set(e) for t, e in self._snapshot.entries.items()}
         self._removed_shown: dict[str, set[str]] = {t: set() for t in self._snapshot.entries}
@@ -539,6 +554,11 @@ class Session:
     @property
     def snapshot_hash(self) -> str:
         return self._snapshot.hash
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The frozen snapshot and the entries it was rendered from (``to_dict()`` to save it)."""
+        return self._snapshot
 
     # -- recall (rule 2) ------------------------------------------------------------------------
     def prefetch(self, user_message: str) -> Recall:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .builtin.store import FileState, format_usage
 from .fence import sanitize
@@ -46,6 +47,18 @@ class Snapshot:
     @property
     def hash(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe form, so an adapter can keep the snapshot in a checkpoint and resume the session."""
+        return {"text": self.text, "entries": {t: list(e) for t, e in self.entries.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
+        """Inverse of :meth:`to_dict`. Raises ValueError naming what is missing."""
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            raise ValueError("a saved snapshot needs a 'text' string (from Snapshot.to_dict())")
+        entries = data.get("entries") or {}
+        return cls(data["text"], {t: tuple(entries.get(t, ())) for t in ("memory", "user")})
 
 
 def render_snapshot(states: dict[str, FileState], limits: dict[str, int], external_blocks: Sequence[str] = ()) -> Snapshot:

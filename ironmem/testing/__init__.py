@@ -1,0 +1,29 @@
+"""Test helpers shipped with ironmem: scripted models for offline agent loops, faulty providers, the provider
+contract suite, and deterministic embedders.
+
+The framework-specific helpers load on first use, so ``import ironmem.testing`` needs neither framework:
+
+- ``ScriptedChatModel`` (LangChain, from :mod:`ironmem.testing.langchain`)
+- ``ScriptedFunctionCallingLLM`` (LlamaIndex, from :mod:`ironmem.testing.llama_index`)
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_LAZY = {
+    "ScriptedChatModel": "langchain",
+    "ScriptedRequest": "langchain",
+    "ScriptExhaustedError": "langchain",
+    "ScriptedFunctionCallingLLM": "llama_index",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ironmem.testing' has no attribute {name!r}")
+    return getattr(import_module(f"ironmem.testing.{module}"), name)

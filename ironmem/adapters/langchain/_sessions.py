@@ -56,13 +56,15 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def get(self, thread_id: str | None = None, user_id: str | None = None) -> Session:
-        """The session of ``thread_id`` (started on first use)."""
+    def get(
+        self, thread_id: str | None = None, user_id: str | None = None, *, snapshot: dict[str, Any] | None = None
+    ) -> Session:
+        """The session of ``thread_id`` (started on first use, from a saved ``snapshot`` when resuming)."""
         key = thread_id or self.default_id
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self.manager.start_session(key, user_id=user_id or self.user_id)
+                session = self.manager.start_session(key, user_id=user_id or self.user_id, snapshot=snapshot)
                 self._sessions[key] = session
             elif user_id and session.user_id and user_id != session.user_id:
                 log.warning(

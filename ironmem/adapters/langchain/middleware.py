@@ -56,6 +56,8 @@ class IronMemoryState(AgentState):
 
     #: The frozen memory block of this thread (rule 3), captured on its first run.
     ironmem_snapshot: NotRequired[Annotated[str, PrivateStateAttr]]
+    #: The entries that snapshot was rendered from, so a resumed thread's live delta stays exact.
+    ironmem_snapshot_entries: NotRequired[Annotated[dict[str, list[str]], PrivateStateAttr]]
     #: Recalled text (unfenced) per user message id; the fence is rebuilt with the core's ``fence()``.
     ironmem_recalls: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
     #: Id of the user message of the current (or last) run.
@@ -195,7 +197,9 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         """State updates so far, plus the key and text of a user message that still needs its recall."""
         updates: dict[str, Any] = {}
         if not state.get("ironmem_snapshot"):
-            updates["ironmem_snapshot"] = session.system_prompt_block()
+            saved = session.snapshot.to_dict()
+            updates["ironmem_snapshot"] = saved["text"]
+            updates["ironmem_snapshot_entries"] = saved["entries"]
         found = _last_user_message(state.get("messages", []))
         if found is None:
             return updates, "", ""
@@ -223,8 +227,15 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             return stored
         return self._recall_cache.get(session.id, {})
 
+    def _resume(self, state: IronMemoryState, runtime: Any) -> Session:
+        """The thread's session; a thread restored from a checkpoint keeps the snapshot it started with."""
+        thread_id, user_id = self._run_ids(runtime)
+        text = state.get("ironmem_snapshot")
+        saved = {"text": text, "entries": state.get("ironmem_snapshot_entries") or {}} if text else None
+        return self._registry.get(thread_id, user_id, snapshot=saved)
+
     def before_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self.session_for(runtime)
+        session = self._resume(state, runtime)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = session.prefetch(text)
@@ -232,7 +243,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         return updates or None
 
     async def abefore_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self.session_for(runtime)
+        session = self._resume(state, runtime)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = await session.aprefetch(text)
