@@ -14,7 +14,7 @@ from typing import Any
 
 from .builtin.store import FileState, format_usage
 from .fence import sanitize
-from .security import scan
+from .security import ScanResult, scan
 
 __all__ = ["Snapshot", "render_snapshot", "render_entry"]
 
@@ -25,13 +25,19 @@ _TITLES = {
 _HEADER = "Persistent memory. Frozen at session start: changes you save now appear from the next turn's recall."
 
 
+def _first_category(verdict: ScanResult) -> str:
+    """The category of the earliest finding (ties broken by name), so rendering never depends on set order."""
+    first = min(verdict.findings, key=lambda f: (f.span[0], f.category, f.rule))
+    return first.category
+
+
 def render_entry(entry: str, target: str, position: int) -> str:
     """One entry as shown to the model: sanitized, or a BLOCKED marker when it fails the scan."""
     verdict = scan(entry)
     if verdict.blocked:
         file_name = "MEMORY.md" if target == "memory" else "USER.md"
         return (
-            f"[BLOCKED: {verdict.categories[0]}] (entry {position} of {file_name} failed the security scan "
+            f"[BLOCKED: {_first_category(verdict)}] (entry {position} of {file_name} failed the security scan "
             "and is hidden; run `ironmem show` to review and remove it)"
         )
     return sanitize(entry)
