@@ -7,7 +7,7 @@ an OpenAI-style integration would send them). It works on every llama-index-core
 
 Example:
     >>> from llama_index.core.llms import ChatMessage
-    >>> llm = ScriptedFunctionCallingLLM([tool_call("memory", action="add", target="user", content="Ada"), "Saved."])
+    >>> llm = ScriptedFunctionCallingLLM([tool_call("memory", {"action": "add", "target": "user", "content": "Ada"}), "Saved."])
     >>> response = llm.chat([ChatMessage(role="user", content="remember me")])
     >>> [c.tool_name for c in llm.get_tool_calls_from_response(response)]
     ['memory']
@@ -48,10 +48,10 @@ try:  # ToolCallBlock arrived during 0.14.x; older releases carry tool calls in 
 except ImportError:  # pragma: no cover - depends on the installed llama-index-core
     _ToolCallBlock = None  # type: ignore[assignment,misc]
 
-__all__ = ["ScriptedFunctionCallingLLM", "ScriptedToolCall", "RecordedRequest", "tool_call", "ScriptExhaustedError"]
+__all__ = ["ScriptedFunctionCallingLLM", "ScriptedToolCall", "ScriptedRequest", "tool_call", "ScriptExhaustedError"]
 
 
-class ScriptExhaustedError(AssertionError):
+class ScriptExhaustedError(RuntimeError):
     """The model was asked for more responses than its script holds."""
 
 
@@ -64,27 +64,31 @@ class ScriptedToolCall:
     id: str = ""
 
 
-def tool_call(name: str, _id: str | None = None, /, **args: Any) -> ScriptedToolCall:
-    """A scripted tool call: ``tool_call("memory", action="add", target="user", content="...")``."""
-    return ScriptedToolCall(name, dict(args), _id or f"call_{uuid.uuid4().hex[:12]}")
+def tool_call(name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> ScriptedToolCall:
+    """A scripted tool call: ``tool_call("memory", {"action": "add", "target": "user", "content": "..."})``."""
+    return ScriptedToolCall(name, dict(args or {}), call_id or f"call_{uuid.uuid4().hex[:12]}")
 
 
 @dataclass
-class RecordedRequest:
+class ScriptedRequest:
     """What the model received in one call."""
 
     kind: str  # "chat", "stream_chat", "complete", "stream_complete" (async calls use the same names)
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI function-tool format, as sent
 
-    @property
     def text(self) -> str:
-        """Every message's text joined, for substring assertions."""
+        """Every message's text joined by newlines (handy for ``in`` checks)."""
         return "\n".join(_message_text(m) for m in self.messages)
 
     def texts(self, role: str) -> list[str]:
-        """The text of each message with ``role`` ("system", "user", "assistant", "tool")."""
+        """The text of each message with ``role`` ("system", "user", "assistant", "tool"), in order."""
         return [_message_text(m) for m in self.messages if _role(m) == role]
+
+    @property
+    def system_texts(self) -> list[str]:
+        """The text of every system message, in order."""
+        return self.texts("system")
 
     @property
     def tool_names(self) -> list[str]:
@@ -93,7 +97,7 @@ class RecordedRequest:
 
 #: A script step: an answer, one tool call, several parallel tool calls, a full message, or a callable that
 #: sees the request and returns one of those.
-Step = str | ScriptedToolCall | Sequence[ScriptedToolCall] | ChatMessage | Callable[[RecordedRequest], Any]
+Step = str | ScriptedToolCall | Sequence[ScriptedToolCall] | ChatMessage | Callable[[ScriptedRequest], Any]
 
 
 def _role(message: ChatMessage) -> str:
@@ -112,7 +116,7 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
     Steps are consumed in order, one per call (``chat``, ``achat``, ``stream_chat``, ``astream_chat``,
     ``complete`` and friends all take the next step). A step is a string (the answer), a
     :class:`ScriptedToolCall` or a list of them (parallel tool calls), a ``ChatMessage``, or a callable that
-    receives the :class:`RecordedRequest` and returns any of these. Running past the end raises
+    receives the :class:`ScriptedRequest` and returns any of these. Running past the end raises
     :class:`ScriptExhaustedError` (or returns ``default`` when one is given).
 
     Example:
@@ -124,7 +128,7 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
     """
 
     _script: list[Any] = PrivateAttr(default_factory=list)
-    _requests: list[RecordedRequest] = PrivateAttr(default_factory=list)
+    _requests: list[ScriptedRequest] = PrivateAttr(default_factory=list)
     _default: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default=None)
     _model_name: str = PrivateAttr(default="scripted")
@@ -156,9 +160,20 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
 
     # -- inspection -----------------------------------------------------------------------------
     @property
-    def requests(self) -> list[RecordedRequest]:
+    def requests(self) -> list[ScriptedRequest]:
         """Every request so far, in order."""
-        return self._requests
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def calls(self) -> int:
+        """How many times the model was called."""
+        return len(self._requests)
+
+    @staticmethod
+    def tool_call(name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> ScriptedToolCall:
+        """Same as the module-level :func:`tool_call`."""
+        return tool_call(name, args, call_id=call_id)
 
     @property
     def remaining(self) -> int:
@@ -181,14 +196,14 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
         )
 
     # -- the script -----------------------------------------------------------------------------
-    def _record(self, kind: str, messages: Sequence[ChatMessage], tools: Any) -> RecordedRequest:
+    def _record(self, kind: str, messages: Sequence[ChatMessage], tools: Any) -> ScriptedRequest:
         copied = [m.model_copy(deep=True) for m in messages]
-        request = RecordedRequest(kind, copied, [dict(t) for t in (tools or [])])
+        request = ScriptedRequest(kind, copied, [dict(t) for t in (tools or [])])
         with self._lock:
             self._requests.append(request)
         return request
 
-    def _next_message(self, request: RecordedRequest) -> ChatMessage:
+    def _next_message(self, request: ScriptedRequest) -> ChatMessage:
         with self._lock:
             if self._script:
                 step = self._script.pop(0)
