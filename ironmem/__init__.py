@@ -14,6 +14,17 @@ Example:
 """
 
 from .core.builtin import BuiltinMemoryProvider
+from .core.cache import (
+    PRICES,
+    AnthropicPolicy,
+    CacheOutcome,
+    DeepSeekPolicy,
+    GeminiPolicy,
+    ModelPrice,
+    OpenAIPolicy,
+    PrefixCacheSimulator,
+    VLLMPolicy,
+)
 from .core.errors import (
     BuiltinProviderError,
     ConfigError,
@@ -27,10 +38,26 @@ from .core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, sanitize
 from .core.manager import MemoryManager, ProviderHealth, Recall, RecallItem, Session
 from .core.provider import MemoryProvider, ToolSchema
 from .core.security import Finding, ScanResult, redact_secrets, scan
+from .core.snapshot import Snapshot
+from .core.tokens import TokenCounter, TokenReport
+from .core.usage import UsageMeter
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PRICES",
+    "AnthropicPolicy",
+    "CacheOutcome",
+    "DeepSeekPolicy",
+    "GeminiPolicy",
+    "ModelPrice",
+    "OpenAIPolicy",
+    "PrefixCacheSimulator",
+    "Snapshot",
+    "TokenCounter",
+    "TokenReport",
+    "UsageMeter",
+    "VLLMPolicy",
     "BuiltinMemoryProvider",
     "BuiltinProviderError",
     "ConfigError",
