@@ -145,7 +145,7 @@ def available_providers() -> dict[str, EntryPoint]:
 
 
 def _suggest(name: str, options: list[str]) -> str:
-    close = difflib.get_close_matches(name, options, n=1)
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 

@@ -27,35 +27,48 @@ __all__ = ["HashingEmbedder", "HashingEmbeddings", "hashing_vector", "cosine"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
-    "a an and are as at be by do does for from has have i in is it its me my of on or our so that the their them "
-    "they this to was we what when where which who why will with you your".split()
+    "a an and are as at be by did do does for from got has have i in is it its me my of on or our so that the their "
+    "them they this to was we what when where which who why will with you your "
+    # chat filler and the role labels ironmem puts in front of synced turns
+    "user assistant noted nice remember thanks okay sure".split()
 )
+_SUFFIXES = ("ies", "ing", "ed", "es", "s")
+_WORD_WEIGHT = 1.0
+_TRIGRAM_WEIGHT = 0.25
 
 
-def _terms(text: str) -> list[str]:
-    words = [w.lower() for w in _WORD.findall(text)]
-    out = []
-    for w in words:
-        if w in _STOP:
+def _stem(word: str) -> str:
+    """Crude suffix folding: parked -> park, allergies -> allerg, teas -> tea."""
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix) and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def _features(text: str) -> list[tuple[str, float]]:
+    """Stemmed words, plus their character trigrams at a lower weight (allergic ~ allergies)."""
+    out: list[tuple[str, float]] = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP or (len(word) < 3 and not word.isdigit()):
             continue
-        if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
-            w = w[:-1]  # crude plural folding: "teas" ~ "tea"
-        out.append(w)
+        stem = _stem(word)
+        out.append((stem, _WORD_WEIGHT))
+        padded = f"<{stem}>"
+        out.extend(("#" + padded[i : i + 3], _TRIGRAM_WEIGHT) for i in range(len(padded) - 2))
     return out
 
 
 def hashing_vector(text: str, dims: int = 256) -> list[float]:
-    """A unit vector: each word adds +-1 to a bucket chosen by a stable hash (blake2b, not Python's hash())."""
+    """A unit vector: each feature adds +-weight to a bucket chosen by a stable hash (blake2b, not hash())."""
     vec = [0.0] * dims
-    terms = _terms(text)
-    if not terms:
+    features = _features(text)
+    if not features:
         vec[0] = 1.0  # empty or stop-words only: a fixed direction instead of a zero vector
         return vec
-    for term in terms:
-        digest = hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest()
+    for feature, weight in features:
+        digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
         bucket = int.from_bytes(digest[:4], "little") % dims
-        sign = 1.0 if digest[4] & 1 else -1.0
-        vec[bucket] += sign
+        vec[bucket] += weight if digest[4] & 1 else -weight
     norm = math.sqrt(sum(x * x for x in vec)) or 1.0
     return [x / norm for x in vec]
 
