@@ -299,3 +299,10 @@ def test_a_configured_provider_that_cannot_work_is_an_error_not_a_silent_skip(tm
     path = write(tmp_path, "memory: {home: mem}\nmem0: {top_k: 3}\n")  # no embedder, no OpenAI key
     with pytest.raises(ConfigError, match=r"mem0: no embedder: mem0's default embedder is OpenAI and OPENAI_API_KEY is not set"):
         manager_from_config(path)
+
+
+def test_a_bad_secret_value_is_not_echoed_in_the_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "mem0: {api_key: [sk-live-123456789]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "mem0.api_key" in str(err.value) and "sk-live-123456789" not in str(err.value)

@@ -83,6 +83,7 @@ _OWN_PROVIDERS = {
 
 _MEMORY_SECTION = "memory"
 _SECTION_SWITCH = "enabled"
+_SECRET_KEY = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
@@ -291,7 +292,8 @@ def _format_validation(section: str, exc: ValidationError, model: type[BaseModel
             hint = f" ({info.description})" if info is not None and info.description else ""
             lines.append(f"{key}: required setting is missing{hint}; add it to the {section!r} section")
         else:
-            lines.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+            shown = "***" if _SECRET_KEY.search(loc) else repr(err.get("input"))
+            lines.append(f"{key}: {err['msg']} (got {shown})")
     return "; ".join(lines)
 
 

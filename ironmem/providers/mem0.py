@@ -12,7 +12,10 @@ the embedder or LLM you configure calls a service:
   generate. No ``OPENAI_API_KEY`` is needed.
 - ``infer=True``: mem0's LLM extracts facts from each exchange; give ``llm`` (mem0's own LLM config).
 - Telemetry is off: ``MEM0_TELEMETRY=False`` is set before mem0 is first imported (unless you set it), and
-  ironmem switches mem0's module flag off as well (``telemetry=True`` leaves it alone).
+  ironmem switches mem0's module flag off as well (``telemetry=True`` leaves it alone). mem0 itself still writes
+  ``~/.mem0/config.json`` (an anonymous id) when it is imported; set ``MEM0_DIR`` to put it elsewhere.
+- If spaCy is installed without its ``en_core_web_sm`` model, mem0 tries to download the model on first search;
+  install the model or uninstall spaCy on machines without a network (without spaCy, mem0 skips lemmatizing).
 
 Hosted mode (``api_key`` given, or ``MEM0_API_KEY`` set in the config path) uses ``mem0.MemoryClient``; the
 client checks the key against the Mem0 API when it is created.

@@ -110,34 +110,44 @@ class HashingEmbedder:
         return f"HashingEmbedder(dims={self.dims})"
 
 
-try:  # a real LangChain Embeddings, when langchain-core is installed
-    from langchain_core.embeddings import Embeddings as _LCEmbeddings
-except ImportError:  # pragma: no cover - exercised only without langchain-core
-    _LCEmbeddings = None  # type: ignore[assignment,misc]
+_LANGCHAIN_CLASS: Any = None
 
-if _LCEmbeddings is not None:
 
-    class HashingEmbeddings(_LCEmbeddings):  # type: ignore[misc,valid-type]
-        """:class:`HashingEmbedder` as a LangChain ``Embeddings`` (accepted by mem0's ``langchain`` embedder).
+def _langchain_class() -> Any:
+    """Build :class:`HashingEmbeddings` on first use, so importing this module never imports langchain-core."""
+    global _LANGCHAIN_CLASS
+    if _LANGCHAIN_CLASS is None:
+        try:
+            from langchain_core.embeddings import Embeddings
+        except ImportError as exc:  # pragma: no cover - exercised only without langchain-core
+            raise ImportError("HashingEmbeddings needs langchain-core: pip install 'ironmem[langchain]'") from exc
 
-        Example:
-            >>> len(HashingEmbeddings(dims=16).embed_documents(["a b", "c"]))
-            2
-        """
+        class HashingEmbeddings(Embeddings):
+            """:class:`HashingEmbedder` as a LangChain ``Embeddings`` (accepted by mem0's ``langchain`` embedder).
 
-        def __init__(self, dims: int = 256) -> None:
-            self.dims = dims
+            Example:
+                >>> len(HashingEmbeddings(dims=16).embed_documents(["a b", "c"]))
+                2
+            """
 
-        def embed_documents(self, texts: list[str]) -> list[list[float]]:
-            return [hashing_vector(t, self.dims) for t in texts]
+            def __init__(self, dims: int = 256) -> None:
+                self.dims = dims
 
-        def embed_query(self, text: str) -> list[float]:
-            return hashing_vector(text, self.dims)
+            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+                return [hashing_vector(t, self.dims) for t in texts]
 
-else:  # pragma: no cover
+            def embed_query(self, text: str) -> list[float]:
+                return hashing_vector(text, self.dims)
 
-    class HashingEmbeddings:  # type: ignore[no-redef]
-        """Placeholder: needs langchain-core (``pip install 'ironmem[langchain]'``)."""
+            def __repr__(self) -> str:
+                return f"HashingEmbeddings(dims={self.dims})"
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise ImportError("HashingEmbeddings needs langchain-core: pip install 'ironmem[langchain]'")
+        HashingEmbeddings.__module__ = __name__
+        _LANGCHAIN_CLASS = HashingEmbeddings
+    return _LANGCHAIN_CLASS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HashingEmbeddings":
+        return _langchain_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
