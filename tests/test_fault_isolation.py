@@ -132,7 +132,7 @@ def test_injection_in_the_static_block_never_reaches_the_snapshot(tmp_path: Path
 
 # -- slow sync ----------------------------------------------------------------------------------------
 def test_slow_sync_runs_in_the_background_in_order_and_is_drained_by_end(tmp_path: Path) -> None:
-    delay = 0.15
+    delay = 0.25
     slow = SlowSyncProvider(delay=delay)
     with MemoryManager(home=tmp_path, external=slow, prefetch_timeout=TIMEOUT) as manager:
         session = manager.start_session("s1")
