@@ -155,21 +155,33 @@ _TAG_RE = re.compile(
 _NOTE_RE = re.compile(r"system\W{0,3}note\s*:")
 _NOTE_BODY_RE = re.compile(r"recalled\W+memory\W+context\W+not\W+new\W+user\W+input")
 
-# Cheap full-string prefilter: fold the whole text the same way (decode, NFKD, drop marks and invisibles,
-# casefold, map look-alikes), keep letters and digits only, and look for the words. When none is there the
-# mapped view cannot hold a tag either, so ordinary text skips the slow path.
-_FOLD_TABLE: dict[int, str | None] = {ord(k): v for k, v in _LOOKALIKE.items()}
-_FOLD_TABLE.update({ord(c): None for c in _INVISIBLE_CHARS})
+# Cheap full-string prefilter. The mapped view can only hold a tag when the text, decoded and folded
+# (NFKD, casefold), spells "memory context", "system note" or "recalled memory" with each letter written
+# as itself or a look-alike and nothing but non-word characters between the letters (the view allows
+# only non-word characters there). That is one C-level regex search; ordinary text never reaches the
+# slow path.
+def _letter_class(letter: str) -> str:
+    chars = {letter} | {k for k, v in _LOOKALIKE.items() if v == letter}
+    if letter == "o":
+        chars.add("0")
+    return "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"
+
+
+def _spelled(word: str) -> str:
+    return r"[\W_]*".join(_letter_class(c) for c in word.replace(" ", ""))
+
+
+_PREFILTER_RE = re.compile("|".join(_spelled(w) for w in ("memorycontext", "systemnote", "recalledmemory")))
 _PCT_RE = re.compile(r"%(?:25)*([0-9a-fA-F]{2})")
 _BSL_RE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
-_NON_ALNUM_RE = re.compile(r"[^a-z0-9]+")
+_ENTITY_HINT_RE = re.compile(r"&(?:#|[A-Za-z]{2,8};?)")
 
 
-def _quick_fold(text: str) -> str:
+def _may_hold_forgery(text: str) -> bool:
     out = text
     for _ in range(3):
         before = out
-        if "&" in out:
+        if "&" in out and _ENTITY_HINT_RE.search(out):
             out = html.unescape(out)
         if "%" in out:
             out = _PCT_RE.sub(lambda m: chr(int(m.group(1), 16)), out)
@@ -177,18 +189,8 @@ def _quick_fold(text: str) -> str:
             out = _BSL_RE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), out)
         if out == before:
             break
-    if out.isascii():
-        out = out.lower()
-    else:
-        out = unicodedata.normalize("NFKD", out)
-        out = "".join(c for c in out if not unicodedata.combining(c))
-        out = out.translate(_FOLD_TABLE).casefold().translate(_FOLD_TABLE)
-    return _NON_ALNUM_RE.sub("", out).replace("0", "o")
-
-
-def _may_hold_forgery(text: str) -> bool:
-    p = _quick_fold(text)
-    return "context" in p or "systemnote" in p or "recalledmemory" in p
+    out = out.lower() if out.isascii() else unicodedata.normalize("NFKD", out).casefold()
+    return _PREFILTER_RE.search(out) is not None
 
 
 def find_forgeries(text: str) -> list[tuple[int, int, str]]:
