@@ -257,11 +257,6 @@ def test_provider_is_safe_under_parallel_tool_calls(tmp_path: Path) -> None:
     p.shutdown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="manager._Guard treats a concurrent call of the same hook as a hung provider (see "
-    "/work/briefs/requests/providers.md); remove this mark once the guard only skips after a timeout",
-)
 def test_parallel_tool_calls_through_a_session(tmp_path: Path) -> None:
     p = provider(tmp_path)
     with MemoryManager(home=tmp_path / "home", external=p) as manager:

@@ -144,3 +144,42 @@ def test_unknown_tool_and_bad_arguments_return_json_errors(manager: MemoryManage
 def test_non_provider_is_a_type_error(manager: MemoryManager) -> None:
     with pytest.raises(TypeError, match="MemoryProvider instance"):
         manager.add_provider(object())  # type: ignore[arg-type]
+
+
+def test_builtin_writes_are_mirrored_with_secrets_redacted(manager: MemoryManager) -> None:
+    class Mirror(NotesProvider):
+        def __init__(self) -> None:
+            super().__init__("mirror")
+            self.writes: list[tuple[str, str, str]] = []
+
+        def on_memory_write(self, action: str, target: str, content: str) -> None:
+            self.writes.append((action, target, content))
+
+    mirror = Mirror()
+    manager.add_provider(mirror)
+    session = manager.start_session()
+    session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Lives in Oslo"})
+    session.handle_tool_call("memory", {"action": "replace", "target": "user", "old_text": "Oslo",
+                                        "content": "Lives in Bergen"})
+    session.handle_tool_call("memory", {"action": "add", "target": "memory",
+                                        "content": "Deploy key for CI is sk-proj-abcdefghijklmnopqrstuvwx"})
+    manager.drain()
+    assert mirror.writes[:3] == [
+        ("add", "user", "Lives in Oslo"),
+        ("remove", "user", "Lives in Oslo"),
+        ("add", "user", "Lives in Bergen"),
+    ]
+    if len(mirror.writes) == 4:  # the scanner may refuse the secret outright; if it was stored, it left redacted
+        assert "sk-proj-abcdefghijklmnopqrstuvwx" not in mirror.writes[3][2]
+
+
+def test_the_same_text_from_two_sources_is_recalled_once(manager: MemoryManager) -> None:
+    class Echo(NotesProvider):
+        def prefetch(self, query: str, *, session_id: str) -> list[str]:
+            return ["User: We adopted a cat named Pixel\nAssistant: Lovely!"]
+
+    manager.add_provider(Echo("echo"))
+    manager.start_session("old").sync_turn("We adopted a cat named Pixel", "Lovely!")
+    recall = manager.start_session("new").prefetch("what is the cat named Pixel like?")
+    assert [item.source for item in recall.items] == ["echo"]
+    assert recall.fenced().count("adopted a cat") == 1

@@ -131,11 +131,11 @@ class _Guard:
                 box["error"] = exc
 
         worker = threading.Thread(target=target, name=f"ironmem-{self.provider.name}-{hook}", daemon=True)
-        with self._lock:
-            self._busy[hook] = worker
         worker.start()
         worker.join(timeout)
         if worker.is_alive():
+            with self._lock:  # only a call that overran its timeout blocks later calls of the same hook
+                self._busy[hook] = worker
             self._failed(hook, f"{hook} timed out after {timeout:g}s")
             return default
         if "error" in box:
@@ -571,6 +571,14 @@ class Session:
         with self._lock:
             self.prefetch_count += 1
             items.extend(self._live_delta())
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            query = redact_secrets(user_message)
+            result = guard.call(
+                "prefetch", lambda: external.prefetch(query, session_id=self.id), "", timeout=manager.prefetch_timeout
+            )
+            for text in _as_items(result):
+                items.append(RecallItem(external.name, _clip(text)))
         try:
             hits = manager.builtin.index.search(
                 user_message, kinds=("turn",), user_id=self.user_id, exclude_session=self.id, limit=RECALL_TURNS
@@ -580,16 +588,13 @@ class Session:
             hits = []
         for hit in hits:
             items.append(RecallItem("history", _clip(hit.text)))
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
-            query = redact_secrets(user_message)
-            result = guard.call(
-                "prefetch", lambda: external.prefetch(query, session_id=self.id), "", timeout=manager.prefetch_timeout
-            )
-            for text in _as_items(result):
-                items.append(RecallItem(external.name, _clip(text)))
         kept: list[RecallItem] = []
+        seen: set[str] = set()
         for item in items:
+            key = " ".join(item.text.split()).casefold()
+            if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
+                continue
+            seen.add(key)
             verdict = scan(item.text)
             if verdict.blocked:
                 reason = f"{item.source}: {verdict.reason}"

@@ -124,11 +124,19 @@ class BuiltinMemoryProvider(MemoryProvider):
                         "and retry; ironmem will not overwrite a file it cannot parse"
                     )
             entries = {t: list(s.entries) for t, s in current.items()}
-            changed: list[Operation] = []
+            changed: list[tuple[str, str, str]] = []  # (action, target, content) for the listeners
             for op in operations:
-                entries[op.target], did_change = apply_operation(entries[op.target], op)
-                if did_change:
-                    changed.append(op)
+                before = entries[op.target]
+                entries[op.target], did_change = apply_operation(before, op)
+                if not did_change:
+                    continue
+                if op.action == "add":
+                    changed.append(("add", op.target, op.content))
+                else:  # replace and remove name the entry that went away, so mirrors can delete it
+                    gone = [e for e in before if e not in entries[op.target]]
+                    changed.extend(("remove", op.target, e) for e in gone)
+                    if op.action == "replace":
+                        changed.append(("add", op.target, op.content))
             for target in targets:
                 check_limit(entries[target], list(current[target].entries), self.limits[target], target)
             new_states: dict[str, FileState] = {}
@@ -138,10 +146,10 @@ class BuiltinMemoryProvider(MemoryProvider):
                 new_states[target] = FileState(tuple(entries[target]), render_entries(entries[target]))
         for target, state in new_states.items():
             self.index.sync_entries(target, state.entries)
-        for op in changed:
+        for action, target, content in changed:
             for listener in self._listeners:
                 try:
-                    listener(op.action, op.target, op.content or op.old_text)
+                    listener(action, target, content)
                 except Exception:  # a listener must never undo or fail a write that landed
                     log.exception("memory write listener failed")
         return new_states
