@@ -25,6 +25,7 @@ from .core.cache import (
     PrefixCacheSimulator,
     VLLMPolicy,
 )
+from .core.config import load_config, manager_from_config
 from .core.errors import (
     BuiltinProviderError,
     ConfigError,
@@ -79,6 +80,8 @@ __all__ = [
     "Session",
     "ToolSchema",
     "fence",
+    "load_config",
+    "manager_from_config",
     "redact_secrets",
     "sanitize",
     "scan",

@@ -17,6 +17,15 @@ _LAZY = {
     "ScriptedRequest": "langchain",
     "ScriptExhaustedError": "langchain",
     "ScriptedFunctionCallingLLM": "llama_index",
+    "ProviderContract": "provider_contract",
+    "ContractViolation": "provider_contract",
+    "check_provider": "provider_contract",
+    "RaisingProvider": "faulty",
+    "HangingProvider": "faulty",
+    "InjectingProvider": "faulty",
+    "SlowSyncProvider": "faulty",
+    "HashingEmbedder": "embeddings",
+    "HashingEmbeddings": "embeddings",
 }
 
 __all__ = sorted(_LAZY)
