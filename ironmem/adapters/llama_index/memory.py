@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, Memory
-from pydantic import Field, PrivateAttr, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from ...core.manager import MemoryManager, Session
 from . import _registry
@@ -239,7 +239,7 @@ class IronMemory(BaseMemory):
         return self
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
+        state = BaseModel.__getstate__(self)  # BaseComponent's version would try (and log) pickling the live state
         private = state.get("__pydantic_private__")
         if private:
             state["__pydantic_private__"] = {k: v for k, v in private.items() if k != "_state"}
