@@ -103,28 +103,29 @@ def evaluate(rows: list[dict], blocked: Callable[[str], bool]) -> dict:
     return out
 
 
-def timing(blocked: Callable[[str], bool], texts: list[str], repeat: int = 3) -> dict:
+def timing(blocked: Callable[[str], bool], texts: list[str], repeat: int = 7) -> dict:
+    """Best-of-``repeat`` CPU time per text (process time, so other load on the machine counts less)."""
     best = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for t in texts:
             blocked(t)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
+    best = max(best, 1e-9)
     per = best / len(texts)
     kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
     return {"mean_ms": per * 1000, "kb_per_s": kb / best}
 
 
-def entries_2k(rows: list[dict]) -> list[str]:
-    """2,200-character entries: benign corpus text joined and cut, plus attack text, like a full MEMORY.md."""
+def entries_2k(rows: list[dict], size: int = 2200) -> list[str]:
+    """Entries of exactly ``size`` characters made of consecutive corpus texts (one long memory entry each)."""
     out = []
-    pool = [r["text"] for r in rows]
     buf = ""
-    for t in pool:
-        buf += t + "\n§\n"
-        while len(buf) >= 2200:
-            out.append(buf[:2200])
-            buf = buf[2200:]
+    for r in rows:
+        buf += r["text"] + "\n\n"
+        while len(buf) >= size:
+            out.append(buf[:size])
+            buf = buf[size:]
     return out
 
 
@@ -143,16 +144,18 @@ def main() -> None:
     ours = evaluate(rows, scanner_blocked)
     base = evaluate(rows, baseline_blocked)
 
-    benign2k = entries_2k([r for r in rows if r["label"] == "benign"])
+    benign2k = entries_2k([r for r in rows if r["label"] == "benign" and r["text"].isascii()])
+    multi2k = entries_2k([r for r in rows if r["label"] == "benign"])
     mixed2k = entries_2k(rows)
     t_ours = timing(scanner_blocked, benign2k)
+    t_ours_multi = timing(scanner_blocked, multi2k)
     t_ours_mixed = timing(scanner_blocked, mixed2k)
     t_base = timing(baseline_blocked, benign2k)
     lat = []
-    for t in benign2k[:200]:
-        t0 = time.perf_counter()
+    for t in (benign2k * 10)[:300]:
+        t0 = time.process_time()
         scan(t)
-        lat.append((time.perf_counter() - t0) * 1000)
+        lat.append((time.process_time() - t0) * 1000)
 
     def line(name: str, r: dict) -> str:
         return (f"{name:26} detection {r['detection']*100:6.1f}%  ({r['attacks']} attacks)   "
@@ -175,12 +178,15 @@ def main() -> None:
     for cat, v in ours["all"]["benign_per_category"].items():
         b = base["all"]["benign_per_category"][cat]
         print(f"  {cat:22} {v['fp']*100:6.2f}% (n={v['n']:3})   | baseline {b['fp']*100:6.2f}%")
-    print(f"\nspeed on {len(benign2k)} benign 2,200-char entries (best of 3 passes):")
-    print(f"  ironmem   {t_ours['mean_ms']:.3f} ms/entry  {t_ours['kb_per_s']:,.0f} KB/s   "
-          f"(p50 {statistics.median(lat):.3f} ms, p99 {percentile(lat, 0.99):.3f} ms)")
-    print(f"  ironmem on {len(mixed2k)} mixed attack+benign entries: {t_ours_mixed['mean_ms']:.3f} ms/entry  "
-          f"{t_ours_mixed['kb_per_s']:,.0f} KB/s")
-    print(f"  baseline  {t_base['mean_ms']:.3f} ms/entry  {t_base['kb_per_s']:,.0f} KB/s")
+    print(f"\nspeed: CPU time per 2,200-character entry, best of 7 passes "
+          f"(process time; p50/p99 from single scans)")
+    print(f"  ironmem   {t_ours['mean_ms']:.3f} ms/entry  {t_ours['kb_per_s']:,.0f} KB/s   on {len(benign2k)} English "
+          f"benign entries (p50 {statistics.median(lat):.3f} ms, p99 {percentile(lat, 0.99):.3f} ms)")
+    print(f"  ironmem   {t_ours_multi['mean_ms']:.3f} ms/entry  {t_ours_multi['kb_per_s']:,.0f} KB/s   on "
+          f"{len(multi2k)} benign entries with all scripts (CJK, Cyrillic, Arabic, emoji)")
+    print(f"  ironmem   {t_ours_mixed['mean_ms']:.3f} ms/entry  {t_ours_mixed['kb_per_s']:,.0f} KB/s   on "
+          f"{len(mixed2k)} entries cut from the whole corpus (attacks included)")
+    print(f"  baseline  {t_base['mean_ms']:.3f} ms/entry  {t_base['kb_per_s']:,.0f} KB/s   on the English entries")
     print(f"\nratio: ironmem detects {ours['all']['detection']/max(base['all']['detection'],1e-9):.1f}x the "
           f"baseline's rate; speed ratio baseline/ironmem {t_base['mean_ms']/t_ours['mean_ms']:.2f}")
 
@@ -200,7 +206,8 @@ def main() -> None:
             d.pop("_verdicts", None)
         args.json.write_text(json.dumps({
             "ironmem": ours, "baseline": base,
-            "speed": {"ironmem_benign_2k": t_ours, "ironmem_mixed_2k": t_ours_mixed, "baseline_benign_2k": t_base,
+            "speed": {"ironmem_english_2k": t_ours, "ironmem_all_scripts_2k": t_ours_multi,
+                      "ironmem_mixed_2k": t_ours_mixed, "baseline_english_2k": t_base,
                       "ironmem_p50_ms": statistics.median(lat), "ironmem_p99_ms": percentile(lat, 0.99),
                       "entries": len(benign2k)},
         }, indent=2))

@@ -175,6 +175,7 @@ _PREFILTER_RE = re.compile("|".join(_spelled(w) for w in ("memorycontext", "syst
 _PCT_RE = re.compile(r"%(?:25)*([0-9a-fA-F]{2})")
 _BSL_RE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
 _ENTITY_HINT_RE = re.compile(r"&(?:#|[A-Za-z]{2,8};?)")
+_NON_WORD_BYTES = bytes(c for c in range(128) if not chr(c).isalnum())
 
 
 def _may_hold_forgery(text: str) -> bool:
@@ -189,8 +190,11 @@ def _may_hold_forgery(text: str) -> bool:
             out = _BSL_RE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), out)
         if out == before:
             break
-    out = out.lower() if out.isascii() else unicodedata.normalize("NFKD", out).casefold()
-    return _PREFILTER_RE.search(out) is not None
+    if out.isascii():
+        # Exact ASCII equivalent of the regex below: drop non-word characters, read 0 as o.
+        p = out.lower().encode("ascii").translate(None, _NON_WORD_BYTES).replace(b"0", b"o")
+        return b"memorycontext" in p or b"systemnote" in p or b"recalledmemory" in p
+    return _PREFILTER_RE.search(unicodedata.normalize("NFKD", out).casefold()) is not None
 
 
 def find_forgeries(text: str) -> list[tuple[int, int, str]]:

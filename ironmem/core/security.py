@@ -333,6 +333,13 @@ def _rule(rid: str, category: str, weight: int, heads: Iterable[str], tail: str 
                         "word", quotable, pre_rx, window, frozenset(gates)))
 
 
+def _anchored_rule(rid: str, category: str, weight: int, anchors: Iterable[str], regex: str, *, pre: str,
+                   window: int = 100) -> None:
+    """A rule whose ``regex`` is tried at each occurrence of one of the ``anchors`` words (with ``pre``)."""
+    _RULES.append(_Rule(rid, category, weight, re.compile(regex, re.S), tuple(sorted(set(anchors))), "skel", "word",
+                        False, re.compile(rf"(?:{pre})\Z", re.S), window))
+
+
 def _search_rule(rid: str, category: str, weight: int, gates: Iterable[str], regex: str, *,
                  view: str = "skel", pre: str | None = None, window: int = 100,
                  word_gates: Iterable[str] = ()) -> None:
@@ -457,8 +464,9 @@ _rule("io.pre-verified", "instruction_override", 1,
 _rule("io.critical", "instruction_override", 1,
       _words("critical important urgent attention mandatory"), r"\s*[:!]\s*(?:this|the|you|all|ignore|do)\b")
 _rule("io.assistant-turn", "instruction_override", 1, _words("assistant ai bot"), r"\s*:\s*(?:\[|<|\()")
-_rule("io.user-turn", "instruction_override", 1, _words("user human"),
-      r"\s*:\s*(?:thanks|thank\s+you|next|now|great|ok|okay|please|could\s+you|can\s+you|there\s+are)\b")
+_search_rule("io.user-turn", "instruction_override", 1, ["user:", "user :", "human:", "human :"],
+             r"\b(?:user|human)\s*:\s*(?:thanks|thank\s+you|next|now|great|ok|okay|please|could\s+you|can\s+you|"
+             r"there\s+are)\b")
 _rule("io.forget-everything", "instruction_override", 2, _words("everything"),
       r"\s+(?:\w+\s+){0,3}?(?:you\s+(?:were|have\s+been)\s+(?:told|given|taught|instructed)|above|before|"
       r"previously|so\s+far|until\s+now)",
@@ -473,13 +481,14 @@ _search_rule("io.inline-system", "instruction_override", 1, ["SYSTEM", "ADMIN"],
              r"(?<![A-Za-z])(?:SYSTEM|ADMIN)(?:\s+(?:MESSAGE|NOTE|PROMPT|OVERRIDE))?\s*:\s*\S", )
 _rule("io.repeat-following", "instruction_override", 1, _words("sentence phrase text words string line"),
       pre=r"\b(?:repeat|say|print|output|write)\s+(?:back\s+)?(?:the\s+following|this|exactly\s+this|these)\s+")
-_rule("io.ignore-user", "instruction_override", 1, _words("user users human"),
-      r"\b(?!'s)", pre=r"\b(?:ignore|disregard)\s+(?:the\s+|your\s+)?")
+_rule("io.ignore-user", "instruction_override", 1, _words("ignore disregard"),
+      r"\s+(?:the\s+|your\s+)?(?:user|users|human)\b(?!'s)")
 _rule("io.hide-note", "instruction_override", 2, _words("note message instruction instructions text comment"),
       pre=r"\b(?:never|don't|do\s+not|not)\s+(?:mention|reveal|disclose|acknowledge|reference|repeat)\s+"
           r"(?:this|the|these)\s+")
 _search_rule("io.instruction-header", "instruction_override", 1, ["#"],
-             r"(?m)^\s*#{1,6}\s*(?:instructions?|system(?:\s+prompt)?|new\s+instructions|task|directive)\s*:?\s*$")
+             r"(?m)^\s*#{1,6}\s*(?:instructions?|system(?:\s+prompt)?|new\s+instructions|task|directive)\s*:?\s*$",
+             word_gates=_words("instruction instructions system task directive"))
 _rule("io.change-behavior", "instruction_override", 2,
       _words("behavior behaviour guidelines rules policy policies programming directives alignment"),
       pre=r"\b(?:updat|chang|adjust|modif|alter|rewrit|overrid|relax|loosen|suspend|reprogramm?|disabl)\w*\s+your\s+"
@@ -545,18 +554,17 @@ _rule("rh.enable", "role_hijack", 1, _words("enable enabled activate activated e
 _rule("rh.persona-now", "role_hijack", 2, _words("now"),
       r",?\s+[\"'“‘]?(?:a|an|the|my|your|[a-z]+gpt|[a-z]+)\b",
       pre=r"\b(?:you\s+are|you're|from\s+now\s+on,?\s+you\s+are|from\s+now\s+on,?\s+you're)\s+")
-_rule("rh.from-now-on", "role_hijack", 2, _words("you"),
-      r"(?:\s+are|'re|\s+will\s+(?:be|act|respond|answer|play|pretend|simulate|roleplay))\s+(?!going\b)\w+",
-      pre=r"\bfrom\s+now\s+on,?\s+")
+_rule("rh.from-now-on", "role_hijack", 2, ["from now on"],
+      r",?\s+you(?:\s+are|'re|\s+will\s+(?:be|act|respond|answer|play|pretend|simulate|roleplay))\s+(?!going\b)\w+")
 _rule("rh.going-to-be", "role_hijack", 2, _words("going about"),
       r"\s+to\s+(?:act|pretend|play|be|immerse|simulate|roleplay|role-play|take\s+on|become)\b",
       pre=r"\b(?:you\s+are|you're)\s+")
 _search_rule("rh.gpt-persona", "role_hijack", 1, ["gpt"], r"\b(?!chatgpt\b)[a-z]{2,}gpt\b")
-_rule("rh.prefix-injection", "role_hijack", 2, _words("with"),
-      r"\s*:?\s*[\"'“‘<(]\s*(?:sure|absolutely|of\s+course|certainly|sur3|here\s+is|here's|yes|okay|i\s+can|"
-      r"i'm\s+free|i\s+am\s+free)",
+_rule("rh.prefix-injection", "role_hijack", 2,
+      _words("sure absolutely course certainly sur3 here yes okay free") + ["i can", "i'm free", "i am free"],
       pre=r"\b(?:start|begin|starting|beginning|open|prefix)\s+(?:your\s+|the\s+|each\s+|every\s+)?"
-          r"(?:response|reply|answer|output|message)?\s*")
+          r"(?:response|reply|answer|output|message)?\s*with\s*:?\s*[\"'“‘<(]\s*(?:of\s+|i'm\s+|i\s+am\s+)?",
+      window=80)
 _rule("rh.restrictions-off", "role_hijack", 2,
       _words("restrictions restriction filters filter safety censorship guardrails ethics moderation content "
              "limits alignment"),
@@ -624,8 +632,10 @@ _rule("rh.no-longer", "role_hijack", 2,
 _rule("rh.vendor", "role_hijack", 1, _words("chatgpt gpt llama bard gemini claude"))
 _rule("rh.opposite", "role_hijack", 1, _words("opposite contrary"),
       r"\s+(?:\S+\s+){0,3}?(?:of\s+|from\s+)?(?:what|chatgpt|the\s+ai|your|normal|a\s+normal|openai|claude|an?\s+ai)")
-_rule("rh.answer-all-as", "role_hijack", 1, _words("as"),
-      pre=r"\b(?:answer|respond|reply)\s+(?:to\s+)?(?:all|every|each|any|my)\s+(?:\w+\s+){0,3}?")
+_rule("rh.answer-all-as", "role_hijack", 1,
+      _words("prompts prompt questions question messages message requests request queries query inputs"),
+      r"\s+(?:\w+\s+){0,2}?as\b",
+      pre=r"\b(?:answer|respond|reply)\s+(?:to\s+)?(?:all|every|each|any|my)\s+(?:\w+\s+){0,2}?")
 _rule("rh.as-unfiltered", "role_hijack", 1,
       _words("unfiltered uncensored unrestricted unlimited amoral evil jailbroken unbound unhinged"),
       pre=r"\bas\s+(?:an?\s+|the\s+)?(?:\w+[\s,]+){0,2}?")
@@ -698,14 +708,13 @@ _rule("pe.complete-sentence", "prompt_extraction", 2, _words("sentence phrase te
 _rule("pe.code-call", "prompt_extraction", 2, _words("print console echo puts println printf dump repr log"),
       r"(?:\.log)?\s*\(\s*(?:self\.|this\.)?(?:system_?prompt|sys_?prompt|initial_?prompt|instructions|"
       r"systemprompt)\s*\)")
-_rule("pe.verbatim-conv", "prompt_extraction", 2,
-      ["word for word", "verbatim", "in full", "back to me", "including the initial", "including initial",
-       "in a code block", "in a txt code block", "in a code fence"],
+_rule("pe.verbatim-conv", "prompt_extraction", 2, _words("verbatim word full exactly block fence initial back"),
       pre=r"\b(?:repeat|print|output|recite|copy|reproduce)\s+(?:\w+\s+){0,4}?(?:conversation|everything|"
-          r"all\s+(?:of\s+)?the\s+(?:text|words)|this\s+chat|words|messages)\b" + _S + r"{0,60}?", window=140)
-_search_rule("pe.completion-lure", "prompt_extraction", 2, ["prompt", "instructions", "rules"],
-             r"(?:system\s+prompt|my\s+instructions|initial\s+instructions|my\s+rules|hidden\s+instructions|your\s+"
-             r"instructions)\s+(?:is|are|were|say|says)\s*:\s*[\"'“‘]?\s*(?:$|[\"'”’])")
+          r"all\s+(?:of\s+)?the\s+(?:text|words)|this\s+chat|words|messages)\b" + _S + r"{0,60}?(?:in\s+(?:a\s+)?"
+          r"(?:txt\s+)?(?:code\s+)?|including\s+(?:the\s+)?|word\s+for\s+)?", window=140)
+_rule("pe.completion-lure", "prompt_extraction", 2, _words("prompt instructions rules"),
+      r"\s+(?:is|are|were|say|says)\s*:\s*[\"'“‘]?\s*(?:$|[\"'”’])",
+      pre=r"\b(?:system|my|initial|hidden|your)\s+")
 _rule("pe.settings-reset", "prompt_extraction", 1, _words("reset cleared wiped"),
       pre=r"\b(?:settings|configuration|config|role)\s+(?:have\s+been\s+|has\s+been\s+|were\s+)?")
 
@@ -730,8 +739,10 @@ _rule("ex.send-data", "exfiltration", 2,
       r"using|through|on)\s+" + _DEST, gates=_DEST_GATES)
 _rule("ex.fill-url", "exfiltration", 2,
       _words("url link query parameter parameters param params image uri href src path"),
-      pre=r"\b(?:replace|replacing|substitute|substituting|fill|append|appending|add|adding|include|including|"
-          r"put|insert|inserting|encode|encoding|concatenate|embed|embedding|attach)\b" + _S + r"{0,120}?\b"
+      gates=_words("replace replacing substitute substituting fill append appending include insert inserting "
+                   "encode encoding concatenate embed embedding attach"),
+      pre=r"\b(?:replace|replacing|substitute|substituting|fill|append|appending|include|"
+          r"insert|inserting|encode|encoding|concatenate|embed|embedding|attach)\b" + _S + r"{0,120}?\b"
           r"(?:conversation|chat|history|previous\s+messages?|messages|summary|context|memory|email|password|"
           r"secret|key|token|credentials?|personal|user'?s?\s+\w+|data|info|numbers|code|request|query|input|"
           r"name|address)\b" + _S + r"{0,120}?\b(?:the\s+|a\s+|an\s+|its\s+|this\s+)?", window=280)
@@ -751,16 +762,30 @@ _search_rule("ex.html-beacon", "exfiltration", 2, ["<img", "<image"],
 _PLACEHOLDER_SENSITIVE = (r"[\w\s.-]{0,30}?(?:conversation|chat|history|messages?|summary|data|info|memory|context|"
                           r"email|password|secret|key|token|session|user|name|address|phone|cookie|query|input|"
                           r"request|env|credential)")
-_search_rule("ex.url-placeholder", "exfiltration", 1, ["//"],
-             r"//[\w.-]+\.[a-z]{2,}[^\s\"')\]]*?[?&/][\w-]*=\s*(?:\[[^\]\s]{1,40}\]|\{[^}\s]{1,40}\}|"
-             r"\$\{?[a-z_]\w*|<[\w ]{1,30}>)")
-_search_rule("ex.url-placeholder-data", "exfiltration", 2, ["//"],
-             r"//[\w.-]+\.[a-z]{2,}[^\s\"')\]]*?[?&/][\w-]*=\s*(?:\{\{?|\[|\$\{?|<|%7b|%5b)" +
-             _PLACEHOLDER_SENSITIVE)
-_search_rule("ex.url-placeholder-dec", "exfiltration", 2, ["//"],
-             r"//[\w.-]+\.[a-zA-Z]{2,}[^\s\"')\]]*?[?&][\w-]*=\s*(?:[A-Z]+_)*(?:USER|EMAIL|API|KEY|TOKEN|"
-             r"SECRET|SESSION|PASSWORD|DATA|INFO|SUMMARY|HISTORY|CHAT|CONVERSATION|MEMORY|COOKIE|NAME|"
-             r"ADDRESS|PHONE)(?:_[A-Z]+)*\b")
+_URL_QUERY_RE = re.compile(r"//[\w.-]+\.[a-zA-Z]{2,}[^\s\"')\]]{0,300}?[?&/][\w-]*=[^\s\"')]{0,120}")
+_PH_ANY_RE = re.compile(r"=\s*(?:\[[^\]\s]{1,40}\]|\{[^}\s]{1,40}\}|\$\{?[a-zA-Z_]\w*|<[\w ]{1,30}>)")
+_PH_DATA_RE = re.compile(r"=\s*(?:\{\{?|\[|\$\{?|<|%7b|%5b)" + _PLACEHOLDER_SENSITIVE, re.I)
+_PH_CAPS_RE = re.compile(r"[?&][\w-]*=\s*(?:[A-Z]+_)*(?:USER|EMAIL|API|KEY|TOKEN|SECRET|SESSION|PASSWORD|DATA|INFO|"
+                         r"SUMMARY|HISTORY|CHAT|CONVERSATION|MEMORY|COOKIE|NAME|ADDRESS|PHONE)(?:_[A-Z]+)*\b")
+
+
+def _url_placeholder_findings(v: _Views, found: dict[str, Finding]) -> None:
+    """URLs whose query carries a placeholder to be filled with data (``?q=[DATA]``, ``?k={history}``)."""
+    if "//" not in v.dec or "=" not in v.dec:
+        return
+    for m in _URL_QUERY_RE.finditer(v.dec):
+        url = m.group(0)
+        if "=" not in url:
+            continue
+        if _PH_DATA_RE.search(url) or _PH_CAPS_RE.search(url):
+            found.setdefault("ex.url-placeholder-data", Finding("exfiltration", "ex.url-placeholder-data",
+                                                                m.span(), url[:120]))
+            return
+        if _PH_ANY_RE.search(url):
+            found.setdefault("ex.url-placeholder", Finding("exfiltration", "ex.url-placeholder", m.span(),
+                                                           url[:120]))
+
+
 _search_rule("ex.js-exfil", "exfiltration", 2, ["cookie", "sendbeacon", "localstorage", "new image"],
              r"document\.cookie|navigator\.sendbeacon|localstorage\.getitem|new\s+image\(\)\.src")
 _EXFIL_HOSTS = (r"(?:webhook\.site|requestbin|pipedream|ngrok|burpcollaborator|interact\.sh|oast\.\w+|"
@@ -800,7 +825,8 @@ _search_rule("ex.marker-defined", "exfiltration", 1, ["]"],
              r"message|conversation|summary|history|email|password|secret|code|numbers|data|info|messages|name)")
 _search_rule("ex.param-followed", "exfiltration", 2, ["="],
              r"[?&][\w-]*=\s*(?:followed\s+by|plus|\+\s|then|and\s+then)\s+" + _S + r"{0,50}?(?:user|conversation|"
-             r"message|history|chat|summary|data|email|request|query|input|secret|key|token|password|memory)")
+             r"message|history|chat|summary|data|email|request|query|input|secret|key|token|password|memory)",
+             word_gates=_words("followed plus then"))
 _rule("ex.ip-dest", "exfiltration", 1, _words("http https ftp"), r"://" + _IP)
 
 # ---------------------------------------------------------------- secret harvesting
@@ -827,20 +853,35 @@ _ACCESS = _words("open read find search locate look scan check access grep go br
 _DISCLOSE_PRE = (r"\b(?:print|show|display|dump|output|reveal|paste|tell|give|send|share|include|report|list|leak|"
                  r"expose|disclose|extract|collect|harvest|steal|exfiltrate|grab|retrieve|recover|echo|cat|copy|"
                  r"upload|forward|type|spell|read\s+me|read\s+out|read\s+back|what\s+is|what\s+are|what's)\b"
-                 r"(?:\s+me)?" + _S + r"{0,60}?")
-_ACCESS_PRE = (r"\b(?:open|read|find|search|locate|look|scan|check|access|grep|go|browse|enumerate|get)\b" + _S +
-               r"{0,60}?")
-_search_rule("sh.disclose", "secret_harvesting", 2, (), _SECRET_LOC, pre=_DISCLOSE_PRE, window=90,
-             word_gates=_SECRET_GATES)
-_search_rule("sh.access", "secret_harvesting", 1, (), _SECRET_LOC, pre=_ACCESS_PRE, window=90,
-             word_gates=_SECRET_GATES)
+                 r"(?:\s+me)?(?:[^.!?\n]|\.(?!\s)){0,60}?")
+_ACCESS_PRE = (r"\b(?:open|read|find|search|locate|look|scan|check|access|grep|go|browse|enumerate|get)\b"
+               r"(?:[^.!?\n]|\.(?!\s)){0,60}?")
+# The same secret locations, written to start at a word so the rule is tried only where such a word is.
+_SECRET_AT_WORD = (
+    r"(?:(?<=\.)ssh\b|(?<=id_)(?:rsa|ed25519|ecdsa|dsa)\b|(?<=\.)pem\b|(?<=\.)aws\b|aws\s+credentials|"
+    r"(?<=\.)netrc\b|(?<=\.)git-credentials|(?<=\.)npmrc\b|(?<=\.)pypirc\b|(?<=\.)docker/config|(?<=\.)kube/config|"
+    r"(?<=/etc/)(?:shadow|passwd)\b|(?<![\w-]\.)(?<=\.)env\b(?!\.example|\.sample|\.template)|keychain|"
+    r"login\s+data|cookies?\s+(?:db|database|file|store|jar)|wallet\.dat|seed\s+phrases?|mnemonic|"
+    r"private\s+keys?|hosts\.yml|credentials?\s+(?:file|store|json)|credentials\b|secrets?\s+(?:file|manager|"
+    r"store|vault)|secrets\.(?:ya?ml|json|toml)|secrets?\b(?<=get\ssecrets)|secret\b(?<=get\ssecret)|"
+    r"generic-password|printenv|(?<=os\.)environ|(?<=process\.)env\b|environment\s+variables|env\s+vars?|"
+    r"saved\s+passwords|password\s+(?:file|database|vault|manager)|api\s+keys?|access\s+(?:keys?|tokens?)|"
+    r"auth\s+tokens?|session\s+tokens?|passwords\b|tokens\b|secrets\b|"
+    r"(?:api_key|secret_key|private_key|access_key|passwd)\b|(?<=_)(?:password|secret|token)\b)"
+)
+_SECRET_ANCHORS = _words("ssh rsa ed ecdsa dsa pem aws netrc git npmrc pypirc docker kube shadow passwd env "
+                         "keychain login cookie cookies wallet seed mnemonic private hosts credentials credential "
+                         "secrets secret generic printenv environ environment saved password api access auth "
+                         "session passwords tokens token key")
+_anchored_rule("sh.disclose", "secret_harvesting", 2, _SECRET_ANCHORS, _SECRET_AT_WORD, pre=_DISCLOSE_PRE, window=90)
+_anchored_rule("sh.access", "secret_harvesting", 1, _SECRET_ANCHORS, _SECRET_AT_WORD, pre=_ACCESS_PRE, window=90)
 _rule("sh.output-it", "secret_harvesting", 1,
       _words("result results output contents content them it values value keys tokens hashes matches match "
              "everything hash"),
       pre=r"\b(?:paste|print|show|include|output|send|share|tell|report|give|dump|list)\s+(?:me\s+)?(?:the\s+|all\s+|"
           r"every\s+|their\s+|its\s+|each\s+)")
-_rule("sh.output-them", "secret_harvesting", 1, _words("them it"),
-      pre=r"\b(?:paste|print|show|output|send|share|dump|list|display|reveal)\s+")
+_rule("sh.output-them", "secret_harvesting", 1, _words("paste print show output send share dump list display reveal"),
+      r"\s+(?:them|it)\b")
 _rule("sh.keep-secrets", "secret_harvesting", 1,
       _words("tokens token passwords password keys secrets secret credentials"),
       pre=r"\b(?:keep|store|save|remember|memorize|memorise|stash|hold|collect)\s+(?:the\s+|all\s+|those\s+|these\s+|"
@@ -902,7 +943,7 @@ _rule("ps.autostart", "persistence", 2,
 _search_rule("ps.autostart-redirect", "persistence", 2, ["bashrc", "zshrc", "profile", "crontab", "@reboot"],
              r"(?:curl|wget)[^\n]{0,200}?\|\s*(?:ba|z)?sh[^\n]{0,80}(?:>>|to\s+(?:the\s+end\s+of\s+)?)\s*"
              r"\S*(?:bashrc|zshrc|profile)|\(crontab\s+-l[^\n]{0,200}(?:curl|wget)|@reboot[^\n]{0,200}"
-             r"(?:curl|wget|nc\b)")
+             r"(?:curl|wget|nc\b)", word_gates=["curl", "wget", "reboot"])
 _rule("ps.self-replicate", "persistence", 2,
       _words("note message text instruction instructions entry prompt line lines rule rules paragraph block"),
       r"s?\s+(?:\w+\s+){0,3}?(?:into|in|to)\s+(?:every|all|each|any)\b",
@@ -928,12 +969,12 @@ _rule("ps.money-redirect", "persistence", 1, _words("account iban wallet"),
       window=80)
 
 # ---------------------------------------------------------------- fence / chat-template forgery
-_search_rule("ff.chat-template", "fence_forgery", 2,
-             ["<|", "[inst]", "[/inst]", "<<sys>>", "<</sys>>", "<system", "</system", "<assistant", "[system]",
-              "<user>", "</user>", "<|im_", "[/system]", "<instruction>", "</instruction>"],
-             r"<\|(?:im_start|im_end|endoftext|system|user|assistant|eot_id|start_header_id|end_header_id|"
-             r"begin_of_text|end_of_text|eos|bos|pad)\|>|\[/?inst\]|<</?sys>>|<\s*/?\s*(?:system|assistant|"
-             r"instruction|sys)\s*>|\[/?system\]|\[admin\s+request::")
+_anchored_rule("ff.chat-template", "fence_forgery", 2,
+               _words("im endoftext system user assistant eot start end begin eos bos pad inst sys instruction admin"),
+               r"(?<=<\|)(?:im_start|im_end|endoftext|system|user|assistant|eot_id|start_header_id|end_header_id|"
+               r"begin_of_text|end_of_text|eos|bos|pad)\|>|(?:(?<=\[)|(?<=\[/))inst\]|(?:(?<=<<)|(?<=<</))sys>>|"
+               r"(?:(?<=<)|(?<=</)|(?<=< )|(?<=</ ))(?:system|assistant|instruction|sys)\s*>|"
+               r"(?:(?<=\[)|(?<=\[/))system\]|(?<=\[)admin\s+request::", pre="", window=0)
 
 # ---------------------------------------------------------------- encoded-instruction wrappers
 _rule("en.decode-and-follow", "encoded_instructions", 2,
@@ -1006,9 +1047,9 @@ _rule("ml.romance-free", "role_hijack", 1, _words("sin sans senza sem"),
       r"(?:restricciones|restricción|censura|filtros?|límites|limites|reglas|restriction|restrictions|filtre|"
       r"filtres|censure|règles|restrizioni|filtri|regole|restrições|restricoes|limiti)\b", view="norm")
 _rule("ml.romance-persona", "role_hijack", 1,
-      ["a partir de ahora", "desde ahora", "modo desarrollador", "desactiva", "tu es désormais",
-       "tu es maintenant", "désormais tu", "à partir de maintenant", "mode développeur", "d'ora in poi",
-       "modalità sviluppatore", "a partir de agora", "modo desenvolvedor", "ahora eres", "agora você é",
+      ["partir de ahora", "desde ahora", "modo desarrollador", "desactiva", "tu es désormais",
+       "tu es maintenant", "désormais tu", "partir de maintenant", "mode développeur", "ora in poi",
+       "modalità sviluppatore", "partir de agora", "modo desenvolvedor", "ahora eres", "agora você é",
        "ora sei"], r"", view="norm")
 _rule("ml.romance-exfil", "exfiltration", 2,
       _words("envía envia manda sube reenvía transmite envoie envoyez transmets transfère téléverse invia "
@@ -1066,10 +1107,14 @@ _search_rule("ml.ko-extract", "prompt_extraction", 2, ["시스템 프롬프트",
 # Word-anchored rules indexed by trigger word, per view; search rules listed per view.
 _WORD_INDEX: dict[str, dict[str, list[_Rule]]] = {"skel": {}, "norm": {}}
 _SEARCH_RULES: dict[str, list[_Rule]] = {"skel": [], "norm": []}
+_CJK_RULES: list[_Rule] = []  # search rules for Chinese, Japanese, Korean: tried only on text with CJK
+_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 for _r in _RULES:
     if _r.mode == "word":
         for _t in _r.triggers:
             _WORD_INDEX[_r.view].setdefault(_t, []).append(_r)
+    elif _r.id.startswith(("ml.zh", "ml.ja", "ml.ko")):
+        _CJK_RULES.append(_r)
     else:
         _SEARCH_RULES[_r.view].append(_r)
 
@@ -1105,14 +1150,15 @@ _TRIGGER_SETS = {name: frozenset(idx) for name, idx in _WORD_INDEX.items()}
 _PUNCT_STRIP = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~«»“”‘’„‚…—–·、。，：；！？（）「」『』【】《》"
 
 
+_NON_ASCII_TOKEN_RE = re.compile(r"(?<!\S)\S*[^\s\x00-\x7f]\S*")
+
+
 def _word_set(view: str) -> set[str]:
     """The words of ``view`` (letters only), computed with C-level string operations."""
     if view.isascii():
         return set(view.translate(_ASCII_SPLIT).split())
     words = set(view.encode("ascii", "replace").decode("ascii").translate(_ASCII_SPLIT).split())
-    for tok in view.split():
-        if tok.isascii():
-            continue
+    for tok in _NON_ASCII_TOKEN_RE.findall(view):
         tok = tok.strip(_PUNCT_STRIP)
         if tok.isalpha():
             words.add(tok)
@@ -1121,15 +1167,16 @@ def _word_set(view: str) -> set[str]:
     return words
 
 
-def _word_positions(view: str, word: str) -> Iterable[int]:
+def _word_positions(view: str, word: str) -> list[int]:
+    out: list[int] = []
     n = len(word)
+    end = len(view)
     i = view.find(word)
     while i >= 0:
-        before = view[i - 1] if i else " "
-        after = view[i + n] if i + n < len(view) else " "
-        if not before.isalpha() and not after.isalpha():
-            yield i
-        i = view.find(word, i + 1)
+        if (i == 0 or not view[i - 1].isalpha()) and (i + n >= end or not view[i + n].isalpha()):
+            out.append(i)
+        i = view.find(word, i + n)
+    return out
 
 
 def _apply_rules(v: _Views, view_name: str, found: dict[str, Finding], words: set[str] | None = None) -> set[str]:
@@ -1159,7 +1206,10 @@ def _apply_rules(v: _Views, view_name: str, found: dict[str, Finding], words: se
                 if r.id in _NEGATABLE and _NEGATION_RE.search(view, max(0, start - 20), start):
                     continue
                 found[r.id] = Finding(r.category, r.id, (start, mm.end()), view[start:mm.end()][:120])
-    for r in _SEARCH_RULES[view_name]:
+    search_rules = _SEARCH_RULES[view_name]
+    if view_name == "norm" and not view.isascii() and _CJK_RE.search(view):
+        search_rules = search_rules + _CJK_RULES
+    for r in search_rules:
         if r.id in found:
             continue
         if r.gates and r.gates.isdisjoint(words):
@@ -1190,6 +1240,7 @@ def _apply_rules(v: _Views, view_name: str, found: dict[str, Finding], words: se
 
 
 _RULE_WEIGHT = {r.id: r.weight for r in _RULES}
+_RULE_WEIGHT.update({"ex.url-placeholder": 1, "ex.url-placeholder-data": 2})
 
 
 # ==========================================================================================================
@@ -1317,7 +1368,8 @@ def _homoglyph_findings(v: _Views) -> list[Finding]:
 _B64_RE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}")
 _B32_RE = re.compile(r"(?<![A-Z2-7])[A-Z2-7]{16,}={0,6}")
 _HEX_RE = re.compile(r"(?:\\x[0-9a-fA-F]{2}){6,}|(?<![0-9a-zA-Z])[0-9a-fA-F]{16,}")
-_LONG_TOKEN_RE = re.compile(r"\S{16,}")
+_HEX_SHAPE = str.maketrans({chr(c): ("h" if chr(c) in "0123456789abcdefABCDEF" else " " if chr(c) == " " else "x")
+                            for c in range(128)})
 _SPACED_HEX_RE = re.compile(r"(?<![\w])(?:[0-9a-fA-F]{2}[ \t]){7,}[0-9a-fA-F]{2}(?![\w])")
 _ROT13_HINTS = frozenset("gur naq lbh lbhe nyy vf gb sbe jvgu guvf vafgehpgvbaf cerivbhf vtaber flfgrz "
                          "cebzcg erirny abj ehyrf".split())
@@ -1341,9 +1393,13 @@ def _printable_text(b: bytes) -> str | None:
 def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
     """(kind, decoded text) for every base64 / base32 / hex run that decodes to readable text."""
     out: list[tuple[str, str]] = []
-    long_tokens = _LONG_TOKEN_RE.findall(v.dec)
-    long_tokens += [re.sub(r"\s", "", m) for m in _SPACED_HEX_RE.findall(v.dec)]
+    long_tokens = [t for t in v.dec.split() if len(t) >= 16]
+    ascii_dec = v.dec if v.dec.isascii() else v.dec.encode("ascii", "replace").decode("ascii")
+    if "hh hh hh hh hh hh hh hh" in ascii_dec.translate(_HEX_SHAPE):
+        long_tokens += [re.sub(r"\s", "", m) for m in _SPACED_HEX_RE.findall(v.dec)]
     for tok_src in long_tokens:
+        if "://" in tok_src or tok_src.startswith(("http", "www.")):
+            continue
         for m in _B64_RE.finditer(tok_src):
             tok = m.group(0)
             if tok.isalpha() and (tok.islower() or tok.isupper()):
@@ -1390,6 +1446,7 @@ def _content_findings(text: str, depth: int) -> dict[str, Finding]:
     v = _views(text)
     found: dict[str, Finding] = {}
     words = _apply_rules(v, "skel", found)
+    _url_placeholder_findings(v, found)
     _apply_rules(v, "norm", found, words if v.norm == v.skel else None)
     if depth < 2:
         inner: list[tuple[str, str]] = _decoded_payloads(v)
