@@ -9,16 +9,20 @@ two or more characters matches as a phrase and a single character matches as a p
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
+import math
 import re
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["SearchIndex", "SearchHit", "cjk_terms", "build_match_query"]
+__all__ = ["SearchIndex", "SearchHit", "cjk_terms", "build_match_query", "query_clauses", "CANDIDATE_CAP"]
 
 _CJK = (
     r"\u3040-\u30ff"  # hiragana, katakana
@@ -40,8 +44,37 @@ _STOPWORDS = frozenset(
     please thanks thank hi hello hey ok okay yes also still just like want need get got""".split()
 )
 
-#: How many of the newest matching rows are ranked. Bounds search time when a term is very common.
-CANDIDATE_CAP = 2000
+#: How many of the newest matching turns each query word contributes to the ranking. Bounds search time when a
+#: word is very common; all the matches of a rarer word are considered.
+CANDIDATE_CAP = 500
+#: How many of a word's newest matches are read to estimate how common it is (long queries only).
+PROBE_ROWS = 128
+#: Only the rarest words of a long query rank (the others carry little weight and would cost the most).
+MAX_RANKED_TERMS = 8
+#: Candidate lists kept between searches (per word; new turns are added incrementally). Words repeat from turn
+#: to turn, so recall on every turn mostly reads the few turns added since the last search.
+CANDIDATE_CACHE_SIZE = 128
+
+_PROBE_SQL = (
+    "SELECT count(*), min(rowid) FROM (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+)
+_IDS_SQL = (
+    "SELECT group_concat(rowid) FROM (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+)
+_NEWER_IDS_SQL = (
+    "SELECT group_concat(rowid) FROM (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? AND rowid > ? "
+    "ORDER BY rowid DESC LIMIT ?)"
+)
+
+
+@dataclass
+class _Candidates:
+    """The newest turns matching one query word: ``ids`` up to turn ``upto``; ``complete`` if that is all of them."""
+
+    ids: set[int]
+    upto: int
+    complete: bool
+    oldest: int
 
 
 def cjk_terms(text: str) -> str:
@@ -62,8 +95,8 @@ def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
-def build_match_query(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> str:
-    """An FTS5 MATCH expression that ORs the meaningful words of ``text`` ("" when none).
+def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> list[str]:
+    """The FTS5 clauses of ``text``, one per distinct word, each safe to use alone as a MATCH expression.
 
     A CJK run becomes a phrase of its bigrams (a single character becomes a prefix query); other words are
     quoted so FTS5 syntax in user text is never interpreted.
@@ -87,7 +120,16 @@ def build_match_query(text: str, *, drop_stopwords: bool = True, max_terms: int 
             clauses.append(_quote(word))
         if len(clauses) >= max_terms:
             break
-    return " OR ".join(clauses)
+    return clauses
+
+
+def build_match_query(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> str:
+    """An FTS5 MATCH expression that ORs the meaningful words of ``text`` ("" when none).
+
+    A CJK run becomes a phrase of its bigrams (a single character becomes a prefix query); other words are
+    quoted so FTS5 syntax in user text is never interpreted.
+    """
+    return " OR ".join(query_clauses(text, drop_stopwords=drop_stopwords, max_terms=max_terms))
 
 
 @dataclass(frozen=True)
@@ -130,6 +172,57 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+def _estimate_df(found: int, oldest: int, capped: bool, newest: int) -> float:
+    """How many turns hold a word, from its ``found`` newest matches reaching back to turn ``oldest``.
+
+    When the list is not capped it holds every match; otherwise the density of matches over the turns it spans
+    is extrapolated to the whole history.
+    """
+    if not capped:
+        return float(found)
+    return min(float(newest), found * newest / max(1, newest - oldest + 1))
+
+
+def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> Iterator[tuple[float, int]]:
+    """Every id of ``sets`` except ``exclude``, best first: an id scores the summed weight of the sets holding it.
+
+    Word combinations are visited from the heaviest down; the ids first found in the intersection of a
+    combination hold exactly those words (an id holding more was found at a heavier combination), so the
+    order is exact; equal scores come newest (highest id) first. Intersections are computed lazily and
+    incrementally, in C, so only the combinations needed for the first results cost anything.
+    """
+    n = len(sets)
+    totals: dict[int, float] = {0: 0.0}
+    for mask in range(1, 1 << n):
+        low = mask & -mask
+        totals[mask] = totals[mask ^ low] + weights[low.bit_length() - 1]
+    del totals[0]
+    inter: dict[int, set[int]] = {}
+
+    def holding(mask: int) -> set[int]:
+        found = inter.get(mask)
+        if found is None:
+            low = mask & -mask
+            rest = mask ^ low
+            own = sets[low.bit_length() - 1]
+            found = own if not rest else holding(rest) & own
+            inter[mask] = found
+        return found
+
+    seen: set[int] = set(exclude)
+    for mask in sorted(totals, key=totals.__getitem__, reverse=True):
+        ids = holding(mask)
+        if not ids:
+            continue
+        fresh = ids - seen
+        if not fresh:
+            continue
+        seen |= fresh
+        score = totals[mask]
+        for rowid in sorted(fresh, reverse=True):
+            yield score, rowid
+
+
 class SearchIndex:
     """The search database. One connection, serialized by a lock, usable from any thread.
 
@@ -145,6 +238,8 @@ class SearchIndex:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._candidates: OrderedDict[str, _Candidates] = OrderedDict()
+        self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -221,6 +316,8 @@ class SearchIndex:
 
     def rebuild(self) -> None:
         """Re-create the turn index from the stored turns."""
+        self._candidates.clear()
+        self._sessions.clear()
         with self._write() as conn:
             conn.execute("INSERT INTO turns_fts(turns_fts) VALUES ('delete-all')")
             last = 0
@@ -281,31 +378,149 @@ class SearchIndex:
                 ).fetchall()
                 hits.extend(SearchHit(t, text, -score) for t, text, score in rows if t in kinds)
             if "turn" in kinds:
-                # Rank only the newest CANDIDATE_CAP matches, so a very common word cannot make search slow.
-                rows = self._conn.execute(
-                    "SELECT rowid, bm25(turns_fts) FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
-                    (match, CANDIDATE_CAP),
-                ).fetchall()
-                rows.sort(key=lambda r: r[1])
-                wanted: list[SearchHit] = []
-                for rowid, score in rows:
-                    turn = self._conn.execute(
-                        "SELECT session_id, user_id, ts, user, assistant FROM turns WHERE id = ?", (rowid,)
-                    ).fetchone()
-                    if turn is None:
-                        continue
-                    session_id, turn_user, ts, user, assistant = turn
-                    if user_id is not None and turn_user != user_id:
-                        continue
-                    if exclude_session is not None and session_id == exclude_session:
-                        continue
-                    text = f"User: {user}\nAssistant: {assistant}"
-                    wanted.append(SearchHit("turn", text, -score, session_id=session_id, user_id=turn_user, ts=ts))
-                    if len(wanted) >= limit:
-                        break
-                hits.extend(wanted)
+                clauses = query_clauses(query, drop_stopwords=drop_stopwords)
+                hits.extend(self._search_turns(clauses, limit, user_id=user_id, exclude_session=exclude_session))
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits[:limit]
+
+    def _search_turns(
+        self, clauses: list[str], limit: int, *, user_id: str | None, exclude_session: str | None
+    ) -> list[SearchHit]:
+        """Rank past turns by the summed IDF of the query words they contain, newest first on ties.
+
+        The work is bounded whatever the history size: each word contributes at most its ``CANDIDATE_CAP``
+        newest matching turns (plus the newest turns holding all such capped words at once), its frequency
+        is estimated from how far back those reach, and only the ``MAX_RANKED_TERMS`` rarest words of a long
+        query rank. A rare word (a name, an error code) has fewer matches than the cap, so every turn holding
+        it is a candidate and its high IDF ranks those turns first; a very common word only adds a small
+        weight to its newest matches. FTS5's ``bm25()`` is not used: it counts every match of every word to
+        get its IDF (~35 ms for "the" at 1M turns) and costs ~1 us per ranked row. Caller holds ``self._lock``.
+        """
+        if not clauses:
+            return []
+        conn = self._conn
+        newest = int(conn.execute("SELECT coalesce(max(id), 0) FROM turns").fetchone()[0])
+        if not newest:
+            return []
+        if len(clauses) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
+            probed: list[tuple[float, str]] = []
+            for clause in clauses:
+                found, oldest = conn.execute(_PROBE_SQL, (clause, PROBE_ROWS)).fetchone()
+                if found:
+                    probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), clause))
+            probed.sort()
+            clauses = [clause for _, clause in probed[:MAX_RANKED_TERMS]]
+        terms: list[tuple[float, str, bool]] = []  # (idf weight, clause, capped)
+        sets: list[set[int]] = []  # per ranked word: the ids of its candidate turns
+        for clause in clauses:
+            found = self._matching(clause, newest)
+            if not found.ids:
+                continue
+            df = _estimate_df(len(found.ids), found.oldest, not found.complete, newest)
+            terms.append((math.log(1.0 + (newest - df + 0.5) / (df + 0.5)), clause, not found.complete))
+            sets.append(found.ids)
+        if not terms:
+            return []
+        capped = [i for i, t in enumerate(terms) if t[2]]
+        if len(capped) >= 2:  # turns holding several common words at once, even if older than their caps
+            both = self._matching(" AND ".join(f"({terms[i][1]})" for i in capped), newest).ids
+            for i in capped:
+                sets[i] = sets[i] | both
+        weights = [t[0] for t in terms]
+        excluded = self._session_ids(exclude_session, newest) if exclude_session is not None else set()
+        ranked = _ranked(sets, weights, excluded)
+        out: list[SearchHit] = []
+        step = limit if user_id is None else limit * 4
+        while len(out) < limit:
+            batch = list(itertools.islice(ranked, step))
+            if not batch:
+                break
+            out.extend(self._turn_hits(batch, limit - len(out), user_id=user_id, exclude_session=exclude_session))
+            step *= 4
+        return out
+
+    def _session_ids(self, session_id: str, newest: int) -> set[int]:
+        """The ids of one session's turns (cached; the session's new turns are added incrementally)."""
+        cached = self._sessions.get(session_id)
+        if cached is not None and cached[1] <= newest:
+            ids, upto = cached
+            if upto < newest:
+                rows = self._conn.execute(
+                    "SELECT id FROM turns WHERE session_id = ? AND id > ?", (session_id, upto)
+                ).fetchall()
+                if rows:
+                    ids = ids | {r[0] for r in rows}
+        else:
+            ids = {r[0] for r in self._conn.execute("SELECT id FROM turns WHERE session_id = ?", (session_id,))}
+        self._sessions[session_id] = (ids, newest)
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > 8:
+            self._sessions.popitem(last=False)
+        return ids
+
+    def _matching(self, expr: str, newest: int) -> _Candidates:
+        """The newest turns matching ``expr`` (at most about ``CANDIDATE_CAP``), from the cache when possible.
+
+        Turns are only ever appended (ids grow), so a cached list is brought up to date by reading the turns
+        added since it was made. The returned ``ids`` must not be mutated.
+        """
+        cached = self._candidates.get(expr)
+        if cached is not None and cached.upto <= newest:
+            self._candidates.move_to_end(expr)
+            if cached.upto < newest:
+                fresh = self._conn.execute(_NEWER_IDS_SQL, (expr, cached.upto, CANDIDATE_CAP)).fetchone()[0]
+                new_ids = set(map(int, fresh.split(","))) if fresh else set()
+                if len(new_ids) >= CANDIDATE_CAP:  # many turns landed since: the new ones alone fill the list
+                    cached = _Candidates(new_ids, newest, False, min(new_ids))
+                elif new_ids:
+                    ids = cached.ids | new_ids
+                    complete, oldest = cached.complete, cached.oldest if cached.ids else min(new_ids)
+                    if len(ids) > 2 * CANDIDATE_CAP:  # keep the newest CANDIDATE_CAP
+                        ids = set(heapq.nlargest(CANDIDATE_CAP, ids))
+                        complete, oldest = False, min(ids)
+                    cached = _Candidates(ids, newest, complete, oldest)
+                else:
+                    cached = _Candidates(cached.ids, newest, cached.complete, cached.oldest)
+                self._candidates[expr] = cached
+            return cached
+        raw = self._conn.execute(_IDS_SQL, (expr, CANDIDATE_CAP)).fetchone()[0]
+        ids = set(map(int, raw.split(","))) if raw else set()
+        found = _Candidates(ids, newest, len(ids) < CANDIDATE_CAP, min(ids) if ids else 0)
+        self._candidates[expr] = found
+        self._candidates.move_to_end(expr)
+        while len(self._candidates) > CANDIDATE_CACHE_SIZE:
+            self._candidates.popitem(last=False)
+        return found
+
+    def _turn_hits(
+        self, ranked: list[tuple[float, int]], limit: int, *, user_id: str | None, exclude_session: str | None
+    ) -> list[SearchHit]:
+        """Load the turns of ``ranked`` (best first) and keep those that pass the filters, up to ``limit``."""
+        if not ranked:
+            return []
+        rows = {
+            r[0]: r
+            for r in self._conn.execute(
+                "SELECT id, session_id, user_id, ts, user, assistant FROM turns WHERE id IN "
+                f"({','.join('?' * len(ranked))})",
+                [rowid for _, rowid in ranked],
+            )
+        }
+        out: list[SearchHit] = []
+        for value, rowid in ranked:
+            row = rows.get(rowid)
+            if row is None:
+                continue
+            _, session_id, turn_user, ts, user, assistant = row
+            if user_id is not None and turn_user != user_id:
+                continue
+            if exclude_session is not None and session_id == exclude_session:
+                continue
+            text = f"User: {user}\nAssistant: {assistant}"
+            out.append(SearchHit("turn", text, round(value, 4), session_id=session_id, user_id=turn_user, ts=ts))
+            if len(out) >= limit:
+                break
+        return out
 
     def close(self) -> None:
         with self._lock:
