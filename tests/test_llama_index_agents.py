@@ -1,4 +1,4 @@
-"""Real LlamaIndex agent loops with IronMemory: FunctionAgent (awaited and streamed), ReActAgent, Context reuse.
+"""Real LlamaIndex agent loops with IronMemory: FunctionAgent (awaited, streamed), ReActAgent, Context reuse.
 
 Each scenario runs two sessions of several turns against one memory home, with a memory write in the middle of
 the first session, and checks the three rules on the requests the (scripted) model actually received.
@@ -33,12 +33,16 @@ PASSPORT = "Passport expires in May"
 
 
 def _shape(message: ChatMessage) -> tuple[Any, ...]:
-    return (message.role.value, message.content, json.dumps(message.additional_kwargs.get("tool_calls"), sort_keys=True))
+    return (
+        message.role.value,
+        message.content,
+        json.dumps(message.additional_kwargs.get("tool_calls"), sort_keys=True),
+    )
 
 
 def assert_prefix_chain(requests: list[ScriptedRequest]) -> None:
     """Every request starts with the whole previous request: the provider's prefix cache keeps hitting."""
-    for earlier, later in zip(requests, requests[1:]):
+    for earlier, later in zip(requests, requests[1:], strict=False):
         before = [_shape(m) for m in earlier.messages]
         assert [_shape(m) for m in later.messages][: len(before)] == before
 
@@ -55,8 +59,9 @@ def turn_texts(memory: IronMemory, query: str) -> list[str]:
     return [hit["text"] for hit in result["results"] if hit["kind"] == "turn"]
 
 
-async def run_turn(agent: Any, text: str, memory: IronMemory | None, *, ctx: Context | None = None,
-                   streaming: bool = False) -> tuple[str, list[Any]]:
+async def run_turn(
+    agent: Any, text: str, memory: IronMemory | None, *, ctx: Context | None = None, streaming: bool = False
+) -> tuple[str, list[Any]]:
     kwargs: dict[str, Any] = {"user_msg": text}
     if memory is not None:
         kwargs["memory"] = memory
@@ -78,17 +83,23 @@ async def run_turn(agent: Any, text: str, memory: IronMemory | None, *, ctx: Con
 async def test_function_agent_two_sessions(manager: MemoryManager, streaming: bool) -> None:
     # ---- session 1: three turns, the second one writes memory --------------------------------------
     one = IronMemory.from_defaults(manager=manager, session_id="trip-1")
-    llm = ScriptedFunctionCallingLLM([
-        "Lisbon in spring is lovely.",
-        tool_call("memory", {"action": "add", "target": "user", "content": PASSPORT}),
-        "Saved: your passport expires in May.",
-        lambda request: "Renew your passport first." if PASSPORT in request.messages[-1].content else "No idea.",
-    ])
+    llm = ScriptedFunctionCallingLLM(
+        [
+            "Lisbon in spring is lovely.",
+            tool_call("memory", {"action": "add", "target": "user", "content": PASSPORT}),
+            "Saved: your passport expires in May.",
+            lambda request: (
+                "Renew your passport first." if PASSPORT in request.messages[-1].content else "No idea."
+            ),
+        ]
+    )
     agent = FunctionAgent(tools=one.tools(), llm=llm, system_prompt=SYSTEM_PROMPT, streaming=streaming)
 
     answer, _ = await run_turn(agent, "I'm planning a trip to Lisbon", one, streaming=streaming)
     assert answer == "Lisbon in spring is lovely."
-    answer, events = await run_turn(agent, "Remember that my passport expires in May", one, streaming=streaming)
+    answer, events = await run_turn(
+        agent, "Remember that my passport expires in May", one, streaming=streaming
+    )
     assert answer == "Saved: your passport expires in May."
     answer, _ = await run_turn(agent, "What should I check before booking?", one, streaming=streaming)
     assert answer == "Renew your passport first."  # the model saw the write in this turn's fence
@@ -108,8 +119,10 @@ async def test_function_agent_two_sessions(manager: MemoryManager, streaming: bo
     assert_stored_history_is_clean(one)
     assert one.session.prefetch_count == 3  # one per user turn, although the agent called get() more often
     assert one.session.turns_synced == 3
-    assert "User: Remember that my passport expires in May\nAssistant: Saved: your passport expires in May." in (
-        turn_texts(one, "passport"))
+    assert (
+        "User: Remember that my passport expires in May\nAssistant: Saved: your passport expires in May."
+        in (turn_texts(one, "passport"))
+    )
     if streaming:
         deltas = "".join(e.delta for e in events if isinstance(e, AgentStream))
         assert "Saved: your passport expires in May." in deltas
@@ -128,7 +141,9 @@ async def test_function_agent_two_sessions(manager: MemoryManager, streaming: bo
     for request in llm2.requests:
         assert request.system_texts == [SYSTEM_PROMPT, two.snapshot]
     first = llm2.requests[0].messages[-1].content
-    assert first.startswith(FENCE_OPEN) and "I'm planning a trip to Lisbon" in first  # from past conversations
+    assert (
+        first.startswith(FENCE_OPEN) and "I'm planning a trip to Lisbon" in first
+    )  # from past conversations
     assert_prefix_chain(llm2.requests)
     assert_stored_history_is_clean(two)
     assert (two.session.prefetch_count, two.session.turns_synced) == (2, 2)
@@ -150,12 +165,18 @@ def answer(text: str) -> str:
 
 async def test_react_agent_two_sessions(manager: MemoryManager) -> None:
     one = IronMemory.from_defaults(manager=manager, session_id="react-1")
-    llm = ScriptedFunctionCallingLLM([
-        answer("Hello! How can I help?"),
-        react("The user wants this remembered.", "memory", {"action": "add", "target": "user", "content": PASSPORT}),
-        answer("Saved."),
-        answer("Check your passport date."),
-    ])
+    llm = ScriptedFunctionCallingLLM(
+        [
+            answer("Hello! How can I help?"),
+            react(
+                "The user wants this remembered.",
+                "memory",
+                {"action": "add", "target": "user", "content": PASSPORT},
+            ),
+            answer("Saved."),
+            answer("Check your passport date."),
+        ]
+    )
     # ReActAgent folds its system_prompt into the ReAct header and drops the first system message it gets;
     # with a system_prompt of its own, the memory's snapshot message is kept.
     agent = ReActAgent(tools=one.tools(), llm=llm, system_prompt=SYSTEM_PROMPT, streaming=False)
@@ -202,14 +223,16 @@ async def test_context_reuse_and_edit_state_keep_one_memory(manager: MemoryManag
     # this module uses postponed annotations; LlamaIndex finds the Context parameter by its real type
     set_city.__annotations__ = {"ctx": Context, "city": str, "return": str}
     city_tool = FunctionTool.from_defaults(async_fn=set_city, description="Record the destination city.")
-    llm = ScriptedFunctionCallingLLM([
-        tool_call("set_city", {"city": "Lisbon"}),
-        "Lisbon it is.",
-        tool_call("memory", {"action": "add", "target": "memory", "content": "Trip city: Lisbon"}),
-        "Noted in memory.",
-        "You are going to Lisbon.",
-        "Still Lisbon.",
-    ])
+    llm = ScriptedFunctionCallingLLM(
+        [
+            tool_call("set_city", {"city": "Lisbon"}),
+            "Lisbon it is.",
+            tool_call("memory", {"action": "add", "target": "memory", "content": "Trip city: Lisbon"}),
+            "Noted in memory.",
+            "You are going to Lisbon.",
+            "Still Lisbon.",
+        ]
+    )
     agent = FunctionAgent(tools=[city_tool, *mem.tools()], llm=llm, streaming=False)
     ctx = Context(agent)
 
@@ -218,7 +241,9 @@ async def test_context_reuse_and_edit_state_keep_one_memory(manager: MemoryManag
     await run_turn(agent, "Where am I going?", mem, ctx=ctx)  # memory= again: still one memory
 
     stored: IronMemory = await ctx.store.get("memory")
-    assert stored.memory_id == mem.memory_id and stored.session is mem.session and stored.history is mem.history
+    assert (
+        stored.memory_id == mem.memory_id and stored.session is mem.session and stored.history is mem.history
+    )
     assert await ctx.store.get("city") == "Lisbon"
     contents = [m.content for m in mem.get_all() if m.role.value == "user"]
     assert contents == ["I'm going to Lisbon", "Save the city to memory", "Where am I going?"]

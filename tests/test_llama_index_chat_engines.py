@@ -89,11 +89,16 @@ def test_condense_plus_context_chat_engine(manager: MemoryManager) -> None:
     )
     one = IronMemory.from_defaults(manager=manager, session_id="rag-1")
     # the engine condenses the question (a completion) whenever the memory returns history, then answers
-    llm = ScriptedFunctionCallingLLM([
-        "When do flights to Lisbon leave?", "Daily at 9:00.",
-        "What is my seat preference?", "I will remember that.",
-        "Which seat for the Lisbon flight?", "A window seat.",
-    ])
+    llm = ScriptedFunctionCallingLLM(
+        [
+            "When do flights to Lisbon leave?",
+            "Daily at 9:00.",
+            "What is my seat preference?",
+            "I will remember that.",
+            "Which seat for the Lisbon flight?",
+            "A window seat.",
+        ]
+    )
     engine = CondensePlusContextChatEngine.from_defaults(
         retriever=index.as_retriever(similarity_top_k=1), llm=llm, memory=one
     )

@@ -19,8 +19,11 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock  # noqa: E40
 from llama_index.core.memory import BaseMemoryBlock, Memory  # noqa: E402
 
 from ironmem import FENCE_OPEN, SYSTEM_NOTE, MemoryManager  # noqa: E402
-from ironmem.adapters.llama_index import IronMemory, SnapshotMemoryBlock  # noqa: E402
-from ironmem.adapters.llama_index import _registry  # noqa: E402
+from ironmem.adapters.llama_index import (  # noqa: E402
+    IronMemory,
+    SnapshotMemoryBlock,
+    _registry,  # noqa: E402
+)
 from ironmem.testing.faulty import SlowSyncProvider  # noqa: E402
 
 
@@ -91,14 +94,16 @@ def test_replay_keeps_every_request_an_extension_of_the_previous_one(memory: Iro
     requests = []
     memory.put(user("Tell me about Miso"))
     requests.append([m.content for m in memory.get()])
-    memory.session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Vet is Dr. Ruiz"})
+    memory.session.handle_tool_call(
+        "memory", {"action": "add", "target": "user", "content": "Vet is Dr. Ruiz"}
+    )
     memory.put(assistant("Miso is your cat."))
     memory.put(user("Who is Miso's vet?"))
     requests.append([m.content for m in memory.get()])
     memory.put(assistant("Dr. Ruiz."))
     memory.put(user("Thanks"))
     requests.append([m.content for m in memory.get()])
-    for earlier, later in zip(requests, requests[1:]):
+    for earlier, later in zip(requests, requests[1:], strict=False):
         assert later[: len(earlier)] == earlier  # prefix: the provider's cache keeps hitting
     assert "Vet is Dr. Ruiz" in requests[1][-1]  # the live delta, in the next turn's fence
     assert "Vet is Dr. Ruiz" not in requests[1][0]  # ... never in the frozen snapshot
@@ -121,7 +126,9 @@ def test_ephemeral_policy_shows_only_the_current_fence(manager: MemoryManager) -
 def test_a_turn_is_synced_once_when_a_final_answer_arrives(memory: IronMemory) -> None:
     memory.put(user("Remember that I like green tea"))
     memory.put(assistant("", tool_calls=memory_call("User likes green tea")))
-    memory.put(ChatMessage(role="tool", content='{"success": true}', additional_kwargs={"tool_call_id": "call_1"}))
+    memory.put(
+        ChatMessage(role="tool", content='{"success": true}', additional_kwargs={"tool_call_id": "call_1"})
+    )
     assert memory.session.turns_synced == 0  # a tool-calling message does not end the turn
     memory.put(assistant("Noted: green tea."))
     assert memory.session.turns_synced == 1
@@ -135,18 +142,25 @@ def test_a_turn_is_synced_once_when_a_final_answer_arrives(memory: IronMemory) -
 
 async def test_aput_messages_syncs_the_final_answer_of_a_scratchpad(memory: IronMemory) -> None:
     await memory.aput(user("Save my tea preference"))
-    await memory.aput_messages([
-        assistant("", tool_calls=memory_call("Likes tea")),
-        ChatMessage(role="tool", content="{}", additional_kwargs={"tool_call_id": "call_1"}),
-        assistant("Saved."),
-    ])
+    await memory.aput_messages(
+        [
+            assistant("", tool_calls=memory_call("Likes tea")),
+            ChatMessage(role="tool", content="{}", additional_kwargs={"tool_call_id": "call_1"}),
+            assistant("Saved."),
+        ]
+    )
     assert memory.session.turns_synced == 1
     assert search(memory, "Save my tea preference")[0]["text"].endswith("Assistant: Saved.")
 
 
 def test_set_syncs_each_finished_turn_once(memory: IronMemory) -> None:
-    history = [user("first question"), assistant("first answer"), user("second question"),
-               assistant("second answer"), user("pending question")]
+    history = [
+        user("first question"),
+        assistant("first answer"),
+        user("second question"),
+        assistant("second answer"),
+        user("pending question"),
+    ]
     memory.set(history)
     assert memory.session.turns_synced == 2
     memory.set(history)  # the same history again: nothing new
@@ -169,7 +183,10 @@ def test_fence_and_snapshot_never_reach_the_stored_history(memory: IronMemory) -
     assert shown[1].content.startswith(FENCE_OPEN)
     memory.set(shown + [assistant("Miso is a cat.")])  # naive code that writes back what it was shown
     stored = memory.get_all()
-    assert [(m.role.value, m.content) for m in stored] == [("user", "Tell me about Miso"), ("assistant", "Miso is a cat.")]
+    assert [(m.role.value, m.content) for m in stored] == [
+        ("user", "Tell me about Miso"),
+        ("assistant", "Miso is a cat."),
+    ]
     assert all(FENCE_OPEN not in (m.content or "") for m in stored)
 
 
@@ -250,7 +267,8 @@ def test_rebuilt_in_a_new_process_from_its_serialized_form(manager: MemoryManage
             "a_fences": len(a.recall_log),
             "b_history": [m.content for m in b.get_all()],
         }}))
-        a.put(__import__("llama_index.core.llms", fromlist=["ChatMessage"]).ChatMessage(role="user", content="later"))
+        from llama_index.core.llms import ChatMessage
+        a.put(ChatMessage(role="user", content="later"))
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -283,7 +301,9 @@ def test_history_path_keeps_the_conversation_across_managers(home: Path, tmp_pat
 def test_two_sessions_frozen_snapshot_and_next_session(manager: MemoryManager) -> None:
     one = IronMemory.from_defaults(manager=manager, session_id="one")
     before = one.snapshot
-    one.session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers metric units"})
+    one.session.handle_tool_call(
+        "memory", {"action": "add", "target": "user", "content": "Prefers metric units"}
+    )
     one.put(user("hi"))
     assert one.get()[0].content == before  # frozen
     two = IronMemory.from_defaults(manager=manager, session_id="two")
@@ -319,7 +339,9 @@ def test_bad_arguments_say_what_to_do(manager: MemoryManager) -> None:
     with pytest.raises(TypeError, match="history must be"):
         IronMemory.from_defaults(manager=manager, history=["not", "a", "memory"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="history_path or async_database_uri"):
-        IronMemory.from_defaults(manager=manager, history_path="a.db", async_database_uri="sqlite+aiosqlite:///b.db")
+        IronMemory.from_defaults(
+            manager=manager, history_path="a.db", async_database_uri="sqlite+aiosqlite:///b.db"
+        )
     mem = IronMemory.from_defaults(manager=manager)
     with pytest.raises(TypeError, match="ChatMessage"):
         mem.put("plain text")  # type: ignore[arg-type]
@@ -344,7 +366,9 @@ def test_snapshot_block_in_a_stock_memory(manager: MemoryManager) -> None:
     own.put(user("hello"))
     first = own.get()[0].content
     assert session.system_prompt_block() in first
-    session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Written mid-session"})
+    session.handle_tool_call(
+        "memory", {"action": "add", "target": "memory", "content": "Written mid-session"}
+    )
     assert own.get()[0].content == first  # frozen
     assert copy.deepcopy(block).session is session
     assert SnapshotMemoryBlock.model_validate(block.model_dump()).session is session

@@ -24,7 +24,7 @@ def test_every_tool_carries_the_core_schema_exactly(manager: MemoryManager) -> N
     tools = IronMemoryToolSpec(session).to_tool_list()
     schemas = session.tool_schemas()
     assert [t.metadata.name for t in tools] == [s.name for s in schemas] == ["memory", "session_search"]
-    for tool, schema in zip(tools, schemas):
+    for tool, schema in zip(tools, schemas, strict=True):
         assert isinstance(tool, FunctionTool)
         assert tool.metadata.description == schema.description  # explicit, not "name(signature) + docstring"
         assert tool.metadata.get_parameters_dict() == schema.parameters
@@ -36,7 +36,9 @@ def test_every_tool_carries_the_core_schema_exactly(manager: MemoryManager) -> N
 
 def test_the_react_prompt_lists_the_core_schemas(manager: MemoryManager) -> None:
     session = manager.start_session("s1")
-    header = ReActChatFormatter().format(IronMemoryToolSpec(session).to_tool_list(), chat_history=[])[0].content
+    header = (
+        ReActChatFormatter().format(IronMemoryToolSpec(session).to_tool_list(), chat_history=[])[0].content
+    )
     for schema in session.tool_schemas():
         assert f"Tool Args: {json.dumps(schema.parameters, ensure_ascii=False)}" in header
 
@@ -93,19 +95,27 @@ def test_accepts_a_session_a_manager_or_an_iron_memory(manager: MemoryManager) -
 
 
 def test_schema_metadata_is_a_tool_metadata() -> None:
-    meta = SchemaToolMetadata(description="Echo.", name="echo",
-                              parameters={"type": "object", "properties": {"x": {"type": "integer"}}})
-    assert meta.to_openai_tool()["function"]["parameters"] == {"type": "object", "properties": {"x": {"type": "integer"}}}
+    meta = SchemaToolMetadata(
+        description="Echo.",
+        name="echo",
+        parameters={"type": "object", "properties": {"x": {"type": "integer"}}},
+    )
+    assert meta.to_openai_tool()["function"]["parameters"] == {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}},
+    }
     meta.get_parameters_dict()["properties"].clear()  # callers get a copy
     assert meta.get_parameters_dict()["properties"] == {"x": {"type": "integer"}}
 
 
 async def test_tool_schemas_sent_to_the_llm_equal_the_cores(manager: MemoryManager) -> None:
     mem = IronMemory.from_defaults(manager=manager, session_id="s1")
-    llm = ScriptedFunctionCallingLLM([
-        tool_call("memory", {"action": "add", "target": "user", "content": "Likes jazz"}),
-        "Saved.",
-    ])
+    llm = ScriptedFunctionCallingLLM(
+        [
+            tool_call("memory", {"action": "add", "target": "user", "content": "Likes jazz"}),
+            "Saved.",
+        ]
+    )
     agent = FunctionAgent(tools=mem.tools(), llm=llm, streaming=False)
     await agent.run("Remember I like jazz", memory=mem)
     expected = [schema.to_openai() for schema in mem.session.tool_schemas()]

@@ -7,7 +7,8 @@ an OpenAI-style integration would send them). It works on every llama-index-core
 
 Example:
     >>> from llama_index.core.llms import ChatMessage
-    >>> llm = ScriptedFunctionCallingLLM([tool_call("memory", {"action": "add", "target": "user", "content": "Ada"}), "Saved."])
+    >>> save = tool_call("memory", {"action": "add", "target": "user", "content": "Ada"})
+    >>> llm = ScriptedFunctionCallingLLM([save, "Saved."])
     >>> response = llm.chat([ChatMessage(role="user", content="remember me")])
     >>> [c.tool_name for c in llm.get_tool_calls_from_response(response)]
     ['memory']
@@ -48,7 +49,13 @@ try:  # ToolCallBlock arrived during 0.14.x; older releases carry tool calls in 
 except ImportError:  # pragma: no cover - depends on the installed llama-index-core
     _ToolCallBlock = None  # type: ignore[assignment,misc]
 
-__all__ = ["ScriptedFunctionCallingLLM", "ScriptedToolCall", "ScriptedRequest", "tool_call", "ScriptExhaustedError"]
+__all__ = [
+    "ScriptedFunctionCallingLLM",
+    "ScriptedToolCall",
+    "ScriptedRequest",
+    "tool_call",
+    "ScriptExhaustedError",
+]
 
 
 class ScriptExhaustedError(RuntimeError):
@@ -64,8 +71,10 @@ class ScriptedToolCall:
     id: str = ""
 
 
-def tool_call(name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> ScriptedToolCall:
-    """A scripted tool call: ``tool_call("memory", {"action": "add", "target": "user", "content": "..."})``."""
+def tool_call(
+    name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None
+) -> ScriptedToolCall:
+    """A scripted tool call, e.g. ``tool_call("session_search", {"query": "passport"})``."""
     return ScriptedToolCall(name, dict(args or {}), call_id or f"call_{uuid.uuid4().hex[:12]}")
 
 
@@ -171,7 +180,9 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
         return len(self._requests)
 
     @staticmethod
-    def tool_call(name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> ScriptedToolCall:
+    def tool_call(
+        name: str, args: dict[str, Any] | None = None, *, call_id: str | None = None
+    ) -> ScriptedToolCall:
         """Same as the module-level :func:`tool_call`."""
         return tool_call(name, args, call_id=call_id)
 
@@ -316,8 +327,11 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
         """Shape the request like an OpenAI-style integration: tools as ``metadata.to_openai_tool()``."""
         messages = list(chat_history or [])
         if user_msg is not None:
-            messages.append(ChatMessage(role=MessageRole.USER, content=user_msg) if isinstance(user_msg, str)
-                            else user_msg)
+            messages.append(
+                ChatMessage(role=MessageRole.USER, content=user_msg)
+                if isinstance(user_msg, str)
+                else user_msg
+            )
         tool_specs = [tool.metadata.to_openai_tool() for tool in tools]
         return {"messages": messages, "tools": tool_specs}
 
@@ -333,8 +347,11 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
                 parsed = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
             except json.JSONDecodeError:
                 parsed = {}
-            selections.append(ToolSelection(tool_id=call.get("id", ""), tool_name=function.get("name", ""),
-                                            tool_kwargs=parsed))
+            selections.append(
+                ToolSelection(
+                    tool_id=call.get("id", ""), tool_name=function.get("name", ""), tool_kwargs=parsed
+                )
+            )
         if not selections and error_on_no_tool_call:
             raise ValueError(f"expected at least one tool call, got: {response.message.content!r}")
         return selections
@@ -368,7 +385,9 @@ def _tool_call_message(calls: list[ScriptedToolCall]) -> ChatMessage:
     if _ToolCallBlock is not None:
         blocks = [
             _ToolCallBlock(tool_call_id=c["id"], tool_name=c["function"]["name"], tool_kwargs=call.args)
-            for c, call in zip(openai_calls, calls)
+            for c, call in zip(openai_calls, calls, strict=True)
         ]
-    message = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs={"tool_calls": openai_calls})
+    message = ChatMessage(
+        role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs={"tool_calls": openai_calls}
+    )
     return message

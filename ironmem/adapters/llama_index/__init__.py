@@ -24,5 +24,11 @@ from .block import SnapshotMemoryBlock
 from .memory import IronMemory, RecallPolicy
 from .tools import IronMemoryToolSpec, SchemaToolMetadata, memory_tools
 
-__all__ = ["IronMemory", "IronMemoryToolSpec", "RecallPolicy", "SchemaToolMetadata", "SnapshotMemoryBlock",
-           "memory_tools"]
+__all__ = [
+    "IronMemory",
+    "IronMemoryToolSpec",
+    "RecallPolicy",
+    "SchemaToolMetadata",
+    "SnapshotMemoryBlock",
+    "memory_tools",
+]

@@ -39,7 +39,10 @@ def text_of(message: ChatMessage | str | None) -> str:
 
 
 def has_tool_calls(message: ChatMessage) -> bool:
-    """True when an assistant message asks for tools (ToolCallBlock or ``additional_kwargs["tool_calls"]``)."""
+    """True when an assistant message asks for tools (a ToolCallBlock or ``additional_kwargs["tool_calls"]``).
+
+    LlamaIndex releases and integrations differ in where they put tool calls; both places are checked.
+    """
     if message.additional_kwargs.get("tool_calls"):
         return True
     return any(getattr(block, "block_type", None) == "tool_call" for block in message.blocks)
@@ -56,7 +59,7 @@ def answer_text(message: ChatMessage) -> str:
     if text.lstrip().startswith("Thought:"):
         matches = list(_REACT_ANSWER.finditer(text))
         if matches:
-            return text[matches[-1].end():].strip()
+            return text[matches[-1].end() :].strip()
     return text
 
 
@@ -92,7 +95,7 @@ def strip_fence(message: ChatMessage) -> ChatMessage | None:
     end = text.find(FENCE_CLOSE)
     if end < 0:
         return message
-    rest = text[end + len(FENCE_CLOSE):]
+    rest = text[end + len(FENCE_CLOSE) :]
     rest = rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
     copy = message.model_copy(deep=True)
     blocks = list(copy.blocks)

@@ -35,8 +35,12 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
     """
 
     name: str = Field(default="ironmem_snapshot", description="The name of the memory block.")
-    priority: int = Field(default=0, description="0: never truncated (the snapshot must stay byte-identical).")
-    accept_short_term_memory: bool = Field(default=False, description="The snapshot takes no flushed messages.")
+    priority: int = Field(
+        default=0, description="0: never truncated (the snapshot must stay byte-identical)."
+    )
+    accept_short_term_memory: bool = Field(
+        default=False, description="The snapshot takes no flushed messages."
+    )
     session_handle: str = Field(default="", description="Handle of the live session in this process.")
     session_id: str = Field(default="", description="The ironmem session id (to rebuild elsewhere).")
     user_id: str | None = Field(default=None)
@@ -60,7 +64,9 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
                 )
             handle = _registry.new_handle()
             _registry.register(handle, live)
-            data.update(session_handle=handle, session_id=live.id, user_id=live.user_id, home=str(live.manager.home))
+            data.update(
+                session_handle=handle, session_id=live.id, user_id=live.user_id, home=str(live.manager.home)
+            )
         super().__init__(**data)
 
     def model_post_init(self, __context: Any) -> None:
@@ -68,7 +74,8 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
         if live is None:
             if not self.home:
                 raise ValueError(
-                    "SnapshotMemoryBlock needs a session: SnapshotMemoryBlock(session=manager.start_session(...))"
+                    "SnapshotMemoryBlock needs a session: "
+                    "SnapshotMemoryBlock(session=manager.start_session(...))"
                 )
             live = MemoryManager(home=self.home).start_session(self.session_id or None, self.user_id)
             self.session_handle = self.session_handle or _registry.new_handle()

@@ -30,7 +30,14 @@ from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, Memory
-from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ...core.manager import MemoryManager, Session
 from . import _registry
@@ -53,14 +60,23 @@ RecallPolicy = Literal["replay", "ephemeral"]
 
 _IN_MEMORY_URIS = {None, "", "sqlite+aiosqlite:///:memory:", "sqlite+aiosqlite://"}
 #: Memory.from_defaults arguments that can be written into a serialized IronMemory and used to rebuild it.
-_PORTABLE_HISTORY_KEYS = ("session_id", "table_name", "async_database_uri", "db_schema", "token_limit",
-                          "chat_history_token_ratio", "token_flush_size")
+_PORTABLE_HISTORY_KEYS = (
+    "session_id",
+    "table_name",
+    "async_database_uri",
+    "db_schema",
+    "token_limit",
+    "chat_history_token_ratio",
+    "token_flush_size",
+)
 
 
 class _State:
     """The live part of an IronMemory, shared by all its copies in this process."""
 
-    def __init__(self, manager: MemoryManager, session: Session, history: BaseMemory, *, owns_manager: bool) -> None:
+    def __init__(
+        self, manager: MemoryManager, session: Session, history: BaseMemory, *, owns_manager: bool
+    ) -> None:
         self.manager = manager
         self.session = session
         self.history = history
@@ -85,7 +101,9 @@ class _State:
 
 
 def _portable_history_config(history: BaseMemory, given: dict[str, Any]) -> dict[str, Any]:
-    config = {k: v for k, v in given.items() if k in _PORTABLE_HISTORY_KEYS and isinstance(v, (str, int, float))}
+    config = {
+        k: v for k, v in given.items() if k in _PORTABLE_HISTORY_KEYS and isinstance(v, (str, int, float))
+    }
     if isinstance(history, Memory):
         config["session_id"] = history.session_id
         config.setdefault("token_limit", history.token_limit)
@@ -121,9 +139,12 @@ class IronMemory(BaseMemory):
     user_id: str | None = Field(default=None, description="Whose memory this is (scopes turn search).")
     home: str | None = Field(default=None, description="The memory home folder, used to rebuild elsewhere.")
     recall_policy: RecallPolicy = Field(default="replay", description="'replay' or 'ephemeral' old fences.")
-    history_config: dict[str, Any] = Field(default_factory=dict, description="How to reopen the chat history.")
+    history_config: dict[str, Any] = Field(
+        default_factory=dict, description="How to reopen the chat history."
+    )
     history_messages: list[dict[str, Any]] | None = Field(
-        default=None, description="Chat history carried inside the serialized form when its store is in memory."
+        default=None,
+        description="Chat history carried inside the serialized form when its store is in memory.",
     )
     recall_log: dict[str, str] = Field(default_factory=dict, description="Fenced recall per user message.")
     synced_turns: list[str] = Field(default_factory=list, description="User messages whose turn was synced.")
@@ -220,7 +241,8 @@ class IronMemory(BaseMemory):
         elif config.get("async_database_uri") in _IN_MEMORY_URIS:
             log.warning(
                 "IronMemory %s rebuilt without its chat history (it was kept in memory); "
-                "pass history_path=... to keep the history in a file", session.id,
+                "pass history_path=... to keep the history in a file",
+                session.id,
             )
         config.setdefault("session_id", session.id)
         history = Memory.from_defaults(chat_history=chat_history, **config)
@@ -239,7 +261,9 @@ class IronMemory(BaseMemory):
         return self
 
     def __getstate__(self) -> dict[str, Any]:
-        state = BaseModel.__getstate__(self)  # BaseComponent's version would try (and log) pickling the live state
+        state = BaseModel.__getstate__(
+            self
+        )  # BaseComponent's version would try (and log) pickling the live state
         private = state.get("__pydantic_private__")
         if private:
             state["__pydantic_private__"] = {k: v for k, v in private.items() if k != "_state"}
@@ -251,7 +275,9 @@ class IronMemory(BaseMemory):
             self.model_post_init(None)
 
     @model_serializer(mode="wrap")
-    def custom_model_dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+    def custom_model_dump(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
         data = handler(self)
         data["class_name"] = self.class_name()
         state: _State | None = self._state
@@ -271,7 +297,9 @@ class IronMemory(BaseMemory):
     def state(self) -> _State:
         state = self._state
         if state is None or state.closed:
-            raise RuntimeError("this IronMemory is closed; create a new one with IronMemory.from_defaults(...)")
+            raise RuntimeError(
+                "this IronMemory is closed; create a new one with IronMemory.from_defaults(...)"
+            )
         return state
 
     @property
@@ -337,9 +365,9 @@ class IronMemory(BaseMemory):
     async def aget_all(self, **kwargs: Any) -> list[ChatMessage]:
         return await self.state.history.aget_all(**kwargs)
 
-    def _current(self, everything: Sequence[ChatMessage], input: str | ChatMessage | None) -> (
-        tuple[str, str, bool] | None
-    ):
+    def _current(
+        self, everything: Sequence[ChatMessage], input: str | ChatMessage | None
+    ) -> tuple[str, str, bool] | None:
         """The user message this request answers: (key, text, pending).
 
         ``pending`` means the engine passed the message as ``input`` before storing it
@@ -347,7 +375,9 @@ class IronMemory(BaseMemory):
         """
         input_text = text_of(input).strip() if input is not None else ""
         last = everything[-1] if everything else None
-        if input_text and (last is None or (role_of(last) in ("assistant", "system") and not has_tool_calls(last))):
+        if input_text and (
+            last is None or (role_of(last) in ("assistant", "system") and not has_tool_calls(last))
+        ):
             text = text_of(input)
             return message_key(len(everything), text), text, True
         for position in range(len(everything) - 1, -1, -1):
@@ -378,7 +408,7 @@ class IronMemory(BaseMemory):
         # extra messages (memory blocks): pair user messages from the end.
         stored_users = [i for i, m in enumerate(everything) if role_of(m) == "user"]
         shown_users = [j for j, m in enumerate(messages) if role_of(m) == "user"]
-        position_of = dict(zip(reversed(shown_users), reversed(stored_users)))
+        position_of = dict(zip(reversed(shown_users), reversed(stored_users), strict=False))
         current_key = current[0] if current else None
         with state.lock:
             fences = dict(state.fences)
@@ -403,7 +433,9 @@ class IronMemory(BaseMemory):
         cleaned = []
         for message in messages:
             if not isinstance(message, ChatMessage):
-                raise TypeError(f"IronMemory stores llama_index ChatMessage objects, got {type(message).__name__}")
+                raise TypeError(
+                    f"IronMemory stores llama_index ChatMessage objects, got {type(message).__name__}"
+                )
             if role_of(message) == "system" and text_of(message) == snapshot:
                 continue
             stripped = strip_fence(message)
@@ -412,7 +444,7 @@ class IronMemory(BaseMemory):
         return cleaned
 
     def _turns_to_sync(self, everything: Sequence[ChatMessage], start: int) -> list[tuple[str, str, str]]:
-        """(key, user text, answer) for each final answer at or after ``start`` whose turn is not synced yet."""
+        """(key, user text, answer) for each final answer from ``start`` on whose turn is not synced yet."""
         state = self.state
         out: list[tuple[str, str, str]] = []
         with state.lock:
@@ -501,7 +533,10 @@ class IronMemory(BaseMemory):
             state.synced.clear()
 
     def __repr__(self) -> str:
-        return f"IronMemory(session_id={self.session_id!r}, user_id={self.user_id!r}, memory_id={self.memory_id!r})"
+        return (
+            f"IronMemory(session_id={self.session_id!r}, user_id={self.user_id!r}, "
+            f"memory_id={self.memory_id!r})"
+        )
 
 
 def _build_history(

@@ -47,8 +47,8 @@ class SchemaToolMetadata(ToolMetadata):
     """``ToolMetadata`` that returns a fixed JSON schema instead of one generated from a pydantic model.
 
     Example:
-        >>> meta = SchemaToolMetadata(description="Echo.", name="echo",
-        ...                           parameters={"type": "object", "properties": {"text": {"type": "string"}}})
+        >>> params = {"type": "object", "properties": {"text": {"type": "string"}}}
+        >>> meta = SchemaToolMetadata(description="Echo.", name="echo", parameters=params)
         >>> meta.to_openai_tool()["function"]["parameters"]["properties"]
         {'text': {'type': 'string'}}
     """
@@ -65,8 +65,12 @@ class SchemaToolMetadata(ToolMetadata):
     @classmethod
     def from_schema(cls, schema: ToolSchema, *, return_direct: bool = False) -> SchemaToolMetadata:
         """Metadata for a core :class:`ToolSchema` (name, description and parameters copied as they are)."""
-        return cls(description=schema.description, name=schema.name, parameters=copy.deepcopy(schema.parameters),
-                   return_direct=return_direct)
+        return cls(
+            description=schema.description,
+            name=schema.name,
+            parameters=copy.deepcopy(schema.parameters),
+            return_direct=return_direct,
+        )
 
 
 def _session_of(session_or_manager: Session | MemoryManager | Any) -> Session:
