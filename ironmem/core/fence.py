@@ -51,7 +51,8 @@ _INVISIBLE_CHARS = (
 
 def _is_invisible(ch: str) -> bool:
     cp = ord(ch)
-    return ch in _INVISIBLE_CHARS or 0xE0000 <= cp <= 0xE007F or 0xE0100 <= cp <= 0xE01EF
+    return (ch in _INVISIBLE_CHARS or 0xE0000 <= cp <= 0xE007F or 0xE0100 <= cp <= 0xE01EF
+            or unicodedata.category(ch) == "Cf")
 
 
 # Look-alikes that NFKC leaves alone, mapped to the ASCII character they imitate. Only what matters for

@@ -1536,13 +1536,12 @@ def scan(text: str) -> ScanResult:
             found.setdefault("hidden." + rid, Finding(f.category, "hidden." + rid, f.span, f.excerpt))
     score = _scores(found)
     blocking_cats = {c for c, s in score.items() if s >= 2}
-    ordered = [f for f in findings]
-    ordered += [f for f in found.values() if f.category in blocking_cats]
-    ordered += [f for f in found.values() if f.category not in blocking_cats]
     blocked = bool(findings) or bool(blocking_cats)
-    if findings or blocking_cats:
-        # Weak signals of non-blocking categories are not part of the verdict's reason.
-        ordered = [f for f in ordered if f.category in _BLOCKING_SINGLE or f.category in blocking_cats]
+    if blocked:
+        # The verdict's findings: hidden text, fence forgery and every signal of a blocking category.
+        ordered = findings + [f for f in found.values() if f.category in blocking_cats]
+    else:
+        ordered = list(found.values())  # weak signals only, for diagnostics
     return ScanResult(blocked, tuple(ordered))
 
 
