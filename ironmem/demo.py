@@ -356,7 +356,8 @@ def _lc_steps(turns: Sequence[ScriptTurn]) -> list[Any]:
     return steps
 
 
-def _run_langchain(manager: MemoryManager, model: str | None, tag: str) -> tuple[list[DemoRequest], list[DemoTurn], Any]:
+def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
+                   chat_model: Any = None) -> tuple[list[DemoRequest], list[DemoTurn], Any]:
     from langchain.agents import create_agent
     from langchain.agents.middleware.types import AgentMiddleware
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -414,10 +415,9 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str) -> tuple
         return StructuredTool(name=schema.name, description=schema.description,
                               args_schema=dict(schema.parameters), func=offline)
 
-    if model is None:
-        chat_model: Any = ScriptedChatModel(_lc_steps(SCRIPT))
-    else:
-        chat_model = _real_model(model)
+    real = model is not None or chat_model is not None
+    if chat_model is None:
+        chat_model = _real_model(model) if model is not None else ScriptedChatModel(_lc_steps(SCRIPT))
     memory = IronMemoryMiddleware(manager)
     middleware: list[Any] = [memory, _Recorder()]
     if model is not None and model.lower().startswith("anthropic:"):
@@ -458,7 +458,7 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str) -> tuple
         if index + 1 == len(SCRIPT) or SCRIPT[index + 1].session != spec.session:
             memory.end_session(thread_id)  # drains the session's syncs before the next one starts
     memory.close()
-    return requests, turns, meter if model is not None else None
+    return requests, turns, meter if real else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -678,15 +678,20 @@ def run_demo(
     home: str | Path | None = None,
     console: Any = None,
     as_json: bool = False,
+    chat_model: Any = None,
 ) -> DemoResult:
     """Run the two-session demo and print it to ``console`` (a rich Console), or as JSON with ``as_json``.
 
-    ``home`` defaults to a temporary folder (removed afterwards). Raises :class:`DemoError` for bad input.
+    ``home`` defaults to a temporary folder (removed afterwards). ``chat_model`` runs the LangChain demo with a
+    chat model object you built (a real one, or any model reporting usage) instead of ``model="provider:name"``;
+    the usage it reports is then collected as for a real model. Raises :class:`DemoError` for bad input.
     """
     from .core.tokens import TokenCounter, TokenReport
 
     if framework not in FRAMEWORKS:
         raise DemoError(f"unknown framework {framework!r}; use langchain or llama-index")
+    if (model is not None or chat_model is not None) and framework != "langchain":
+        raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
     if model is not None:
         if framework != "langchain":
             raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
@@ -707,7 +712,7 @@ def run_demo(
         with MemoryManager(home=home) as manager:
             meter = None
             if framework == "langchain":
-                requests, turns, meter = _run_langchain(manager, model, tag)
+                requests, turns, meter = _run_langchain(manager, model, tag, chat_model)
             else:
                 requests, turns = _run_llama_index(manager, tag)
             _assign_times(requests)
@@ -720,7 +725,7 @@ def run_demo(
             report_session.end()
         result = DemoResult(
             framework=framework,
-            model=model or "scripted (offline)",
+            model=model or (type(chat_model).__name__ if chat_model is not None else "scripted (offline)"),
             home=str(home) if tmp is None else "(temporary folder, removed)",
             turns=turns,
             requests=requests,

@@ -397,3 +397,31 @@ def test_console_script_points_at_main() -> None:
 
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("ironmem") == "ironmem.cli:main"
+
+
+def test_demo_collects_the_cached_tokens_a_model_reports(capfd: pytest.CaptureFixture[str]) -> None:
+    """The path ``--model`` takes, with a model object that reports usage like a provider does (no network)."""
+    from rich.console import Console
+
+    from ironmem.demo import SCRIPT, _lc_steps, run_demo
+    from ironmem.testing.langchain import ScriptedChatModel
+
+    reported = []
+
+    def usage(request) -> dict:
+        system = request.system_text
+        cached = len(system) // 4 if len(reported) else 0  # the first request cannot hit the cache
+        row = {"input_tokens": len(request.text()) // 4, "output_tokens": 5,
+               "total_tokens": len(request.text()) // 4 + 5, "input_token_details": {"cache_read": cached}}
+        reported.append(row)
+        return row
+
+    model = ScriptedChatModel(_lc_steps(SCRIPT), usage_metadata=usage)
+    result = run_demo(chat_model=model, console=Console(width=160, force_terminal=False))
+    assert result.usage is not None
+    assert result.usage["requests"] == len(result.requests) == len(reported) == 7
+    assert result.usage["cache_read"] == sum(r["input_token_details"]["cache_read"] for r in reported) > 0
+    assert result.usage["input_tokens"] == sum(r["input_tokens"] for r in reported)
+    out = capfd.readouterr().out
+    assert "cached tokens reported by ScriptedChatModel" in out
+    assert f"{result.usage['cache_read']:,} read from cache" in out
