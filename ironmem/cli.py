@@ -202,6 +202,14 @@ def _opts(ctx: typer.Context) -> Options:
 # --------------------------------------------------------------------------------------------------
 # Global options
 # --------------------------------------------------------------------------------------------------
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        sys.stdout.write(f"ironmem {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -210,6 +218,8 @@ def _root(
     ),
     config: str | None = typer.Option(None, "--config", help="A config.yaml to build the manager from."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show ironmem's log warnings on stderr."),
+    version: bool = typer.Option(False, "--version", help="Print the ironmem version and exit.",
+                                 callback=lambda value: _print_version(value), is_eager=True),
 ) -> None:
     """Persistent agent memory that keeps the prompt cache warm."""
     ctx.obj = Options(home=home, config=config, verbose=verbose)

@@ -672,6 +672,25 @@ def _assign_times(requests: Sequence[DemoRequest]) -> None:
 # --------------------------------------------------------------------------------------------------
 # run_demo
 # --------------------------------------------------------------------------------------------------
+def _check_framework(framework: str) -> None:
+    """Fail with the install command when the framework's extra is missing."""
+    import importlib.util
+
+    needed = {"langchain": ("langchain", "langgraph"), "llama-index": ("llama_index.core",)}[framework]
+    for module in needed:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            extra = "langchain" if framework == "langchain" else "llama-index"
+            other = "llama-index" if framework == "langchain" else "langchain"
+            raise DemoError(
+                f"the {framework} demo needs {module.split('.')[0]}: pip install \"ironmem[{extra}]\" "
+                f"(or run --framework {other} if that one is installed)"
+            )
+
+
 def run_demo(
     framework: str = "langchain",
     model: str | None = None,
@@ -711,6 +730,7 @@ def run_demo(
     try:
         with MemoryManager(home=home) as manager:
             meter = None
+            _check_framework(framework)
             if framework == "langchain":
                 requests, turns, meter = _run_langchain(manager, model, tag, chat_model)
             else:

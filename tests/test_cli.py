@@ -392,11 +392,19 @@ def test_main_leaves_logging_as_it_found_it(cli) -> None:
     assert (list(logger.handlers), logger.propagate, logger.level) == before
 
 
-def test_console_script_points_at_main() -> None:
+def test_console_script_points_at_main_and_runs() -> None:
+    import shutil
     from importlib.metadata import entry_points
+
+    import ironmem
 
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("ironmem") == "ironmem.cli:main"
+    script = shutil.which("ironmem")
+    if script is None:
+        pytest.skip("the ironmem script is not on PATH (package not installed with pip)")
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"ironmem {ironmem.__version__}"
 
 
 def test_demo_collects_the_cached_tokens_a_model_reports(capfd: pytest.CaptureFixture[str]) -> None:
