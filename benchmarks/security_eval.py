@@ -19,13 +19,13 @@ import sys
 import time
 import unicodedata
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ironmem.core.security import scan  # noqa: E402
+from ironmem.core.security import scan
 
 CORPUS = ROOT / "tests" / "data" / "security" / "corpus.jsonl"
 
@@ -54,7 +54,9 @@ _BASELINE_PATTERNS = [
     r"(?:update|modify|edit|write|append)\s+[^\n]{0,200}(?:AGENTS\.md|CLAUDE\.md|\.cursorrules)",
 ]
 _BASELINE_RE = [re.compile(p, re.IGNORECASE) for p in _BASELINE_PATTERNS]
-_BASELINE_INVISIBLE = set("\u200b\u200c\u200d\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_BASELINE_INVISIBLE = set(
+    "\u200b\u200c\u200d\u2060\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 
 
 def baseline_blocked(text: str) -> bool:
@@ -96,8 +98,12 @@ def evaluate(rows: list[dict], blocked: Callable[[str], bool]) -> dict:
             "benign": len(ben),
             "detection": sum(att) / len(att) if att else 0.0,
             "false_positive": sum(ben) / len(ben) if ben else 0.0,
-            "per_category": {c: {"n": len(v), "detection": sum(v) / len(v)} for c, v in sorted(per_cat.items())},
-            "benign_per_category": {c: {"n": len(v), "fp": sum(v) / len(v)} for c, v in sorted(ben_cat.items())},
+            "per_category": {
+                c: {"n": len(v), "detection": sum(v) / len(v)} for c, v in sorted(per_cat.items())
+            },
+            "benign_per_category": {
+                c: {"n": len(v), "fp": sum(v) / len(v)} for c, v in sorted(ben_cat.items())
+            },
         }
     out["_verdicts"] = verdicts
     return out
@@ -137,7 +143,9 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    ap.add_argument("--misses", choices=["dev", "heldout", "all"], help="list the rows the scanner gets wrong")
+    ap.add_argument(
+        "--misses", choices=["dev", "heldout", "all"], help="list the rows the scanner gets wrong"
+    )
     args = ap.parse_args()
 
     rows = load()
@@ -158,12 +166,16 @@ def main() -> None:
         lat.append((time.process_time() - t0) * 1000)
 
     def line(name: str, r: dict) -> str:
-        return (f"{name:26} detection {r['detection']*100:6.1f}%  ({r['attacks']} attacks)   "
-                f"false positives {r['false_positive']*100:5.2f}%  ({r['benign']} benign)")
+        return (
+            f"{name:26} detection {r['detection'] * 100:6.1f}%  ({r['attacks']} attacks)   "
+            f"false positives {r['false_positive'] * 100:5.2f}%  ({r['benign']} benign)"
+        )
 
     print(f"corpus: {CORPUS.relative_to(ROOT)}  rows {len(rows)}")
     print("splits: 'dev' rows were used while writing the rules; 'heldout' rows (about 30%, chosen by a hash")
-    print("        of the text) were never looked at while tuning, so they show how the scanner generalizes.\n")
+    print(
+        "        of the text) were never looked at while tuning, so they show how the scanner generalizes.\n"
+    )
     for split in ("all", "dev", "heldout"):
         print(line(f"ironmem  [{split}]", ours[split]))
     for split in ("all", "heldout"):
@@ -172,23 +184,37 @@ def main() -> None:
     for cat, v in ours["all"]["per_category"].items():
         h = ours["heldout"]["per_category"].get(cat, {"n": 0, "detection": float("nan")})
         b = base["all"]["per_category"][cat]
-        print(f"  {cat:22} {v['detection']*100:6.1f}% (n={v['n']:3})   heldout {h['detection']*100:6.1f}% "
-              f"(n={h['n']:3})   | baseline {b['detection']*100:6.1f}%")
+        print(
+            f"  {cat:22} {v['detection'] * 100:6.1f}% (n={v['n']:3})   heldout {h['detection'] * 100:6.1f}% "
+            f"(n={h['n']:3})   | baseline {b['detection'] * 100:6.1f}%"
+        )
     print("\nfalse positives per benign category (ironmem | baseline):")
     for cat, v in ours["all"]["benign_per_category"].items():
         b = base["all"]["benign_per_category"][cat]
-        print(f"  {cat:22} {v['fp']*100:6.2f}% (n={v['n']:3})   | baseline {b['fp']*100:6.2f}%")
-    print(f"\nspeed: CPU time per 2,200-character entry, best of 7 passes "
-          f"(process time; p50/p99 from single scans)")
-    print(f"  ironmem   {t_ours['mean_ms']:.3f} ms/entry  {t_ours['kb_per_s']:,.0f} KB/s   on {len(benign2k)} English "
-          f"benign entries (p50 {statistics.median(lat):.3f} ms, p99 {percentile(lat, 0.99):.3f} ms)")
-    print(f"  ironmem   {t_ours_multi['mean_ms']:.3f} ms/entry  {t_ours_multi['kb_per_s']:,.0f} KB/s   on "
-          f"{len(multi2k)} benign entries with all scripts (CJK, Cyrillic, Arabic, emoji)")
-    print(f"  ironmem   {t_ours_mixed['mean_ms']:.3f} ms/entry  {t_ours_mixed['kb_per_s']:,.0f} KB/s   on "
-          f"{len(mixed2k)} entries cut from the whole corpus (attacks included)")
-    print(f"  baseline  {t_base['mean_ms']:.3f} ms/entry  {t_base['kb_per_s']:,.0f} KB/s   on the English entries")
-    print(f"\nratio: ironmem detects {ours['all']['detection']/max(base['all']['detection'],1e-9):.1f}x the "
-          f"baseline's rate; speed ratio baseline/ironmem {t_base['mean_ms']/t_ours['mean_ms']:.2f}")
+        print(f"  {cat:22} {v['fp'] * 100:6.2f}% (n={v['n']:3})   | baseline {b['fp'] * 100:6.2f}%")
+    print(
+        "\nspeed: CPU time per 2,200-character entry, best of 7 passes "
+        "(process time; p50/p99 from single scans)"
+    )
+    print(
+        f"  ironmem   {t_ours['mean_ms']:.3f} ms/entry  {t_ours['kb_per_s']:,.0f} KB/s   on {len(benign2k)} English "
+        f"benign entries (p50 {statistics.median(lat):.3f} ms, p99 {percentile(lat, 0.99):.3f} ms)"
+    )
+    print(
+        f"  ironmem   {t_ours_multi['mean_ms']:.3f} ms/entry  {t_ours_multi['kb_per_s']:,.0f} KB/s   on "
+        f"{len(multi2k)} benign entries with all scripts (CJK, Cyrillic, Arabic, emoji)"
+    )
+    print(
+        f"  ironmem   {t_ours_mixed['mean_ms']:.3f} ms/entry  {t_ours_mixed['kb_per_s']:,.0f} KB/s   on "
+        f"{len(mixed2k)} entries cut from the whole corpus (attacks included)"
+    )
+    print(
+        f"  baseline  {t_base['mean_ms']:.3f} ms/entry  {t_base['kb_per_s']:,.0f} KB/s   on the English entries"
+    )
+    print(
+        f"\nratio: ironmem detects {ours['all']['detection'] / max(base['all']['detection'], 1e-9):.1f}x the "
+        f"baseline's rate; speed ratio baseline/ironmem {t_base['mean_ms'] / t_ours['mean_ms']:.2f}"
+    )
 
     if args.misses:
         print(f"\n--- misses ({args.misses}) ---")
@@ -197,20 +223,34 @@ def main() -> None:
                 continue
             if (r["label"] == "attack") != v:
                 kind = "MISSED" if r["label"] == "attack" else "FALSE+"
-                extra = "" if r["label"] == "attack" else " " + scan(r["text"]).reason + " " + str(
-                    [f.rule for f in scan(r["text"]).findings])
+                extra = (
+                    ""
+                    if r["label"] == "attack"
+                    else " " + scan(r["text"]).reason + " " + str([f.rule for f in scan(r["text"]).findings])
+                )
                 print(f"{kind} {r['id']} {r['category']}{extra}: {r['text'][:300]!r}")
 
     if args.json:
         for d in (ours, base):
             d.pop("_verdicts", None)
-        args.json.write_text(json.dumps({
-            "ironmem": ours, "baseline": base,
-            "speed": {"ironmem_english_2k": t_ours, "ironmem_all_scripts_2k": t_ours_multi,
-                      "ironmem_mixed_2k": t_ours_mixed, "baseline_english_2k": t_base,
-                      "ironmem_p50_ms": statistics.median(lat), "ironmem_p99_ms": percentile(lat, 0.99),
-                      "entries": len(benign2k)},
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "ironmem": ours,
+                    "baseline": base,
+                    "speed": {
+                        "ironmem_english_2k": t_ours,
+                        "ironmem_all_scripts_2k": t_ours_multi,
+                        "ironmem_mixed_2k": t_ours_mixed,
+                        "baseline_english_2k": t_base,
+                        "ironmem_p50_ms": statistics.median(lat),
+                        "ironmem_p99_ms": percentile(lat, 0.99),
+                        "entries": len(benign2k),
+                    },
+                },
+                indent=2,
+            )
+        )
         print(f"\nwrote {args.json}")
 
 

@@ -27,12 +27,34 @@ from ironmem.core.fence import (
 # and format characters (Cf: zero-width, bidi, tags, soft hyphen), casefold, map a few look-alikes, then
 # count tags shaped like <memory-context> and </memory-context>.
 
-_TEST_LOOKALIKES = str.maketrans({
-    "‹": "<", "›": ">", "〈": "<", "〉": ">", "⟨": "<", "⟩": ">",
-    "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "т": "t", "м": "m", "к": "k",
-    "ο": "o", "ε": "e", "τ": "t", "χ": "x", "ν": "v", "ρ": "p",
-    "⁄": "/", "∕": "/",
-})
+_TEST_LOOKALIKES = str.maketrans(
+    {
+        "‹": "<",
+        "›": ">",
+        "〈": "<",
+        "〉": ">",
+        "⟨": "<",
+        "⟩": ">",
+        "а": "a",
+        "е": "e",
+        "о": "o",
+        "р": "p",
+        "с": "c",
+        "у": "y",
+        "х": "x",
+        "т": "t",
+        "м": "m",
+        "к": "k",
+        "ο": "o",
+        "ε": "e",
+        "τ": "t",
+        "χ": "x",
+        "ν": "v",
+        "ρ": "p",
+        "⁄": "/",
+        "∕": "/",
+    }
+)
 
 
 def _normalize_for_test(text: str) -> str:
@@ -116,17 +138,20 @@ def test_a_disguised_system_note_is_neutralized() -> None:
     assert "ｎｏｔｅ:" not in out and "note:" not in out.replace("quoted note:", "")
 
 
-@pytest.mark.parametrize("text", [
-    "User prefers metric units.",
-    "The memory of the trip is vivid; context matters.",
-    "ironmem wraps recall in memory-context tags (see the README).",
-    "if a < b and c > d: print('memory', 'context')",
-    "<b>bold</b> &amp; <i>italic</i> 100% sure, %20 is a space",
-    "Family 👨\u200d👩\u200d👧 and کتاب\u200cها and क्\u200dष",
-    "System: macOS 14; note: the system uses zsh",
-    "https://example.com/search?q=memory%20context&lang=en",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "User prefers metric units.",
+        "The memory of the trip is vivid; context matters.",
+        "ironmem wraps recall in memory-context tags (see the README).",
+        "if a < b and c > d: print('memory', 'context')",
+        "<b>bold</b> &amp; <i>italic</i> 100% sure, %20 is a space",
+        "Family 👨\u200d👩\u200d👧 and کتاب\u200cها and क्\u200dष",
+        "System: macOS 14; note: the system uses zsh",
+        "https://example.com/search?q=memory%20context&lang=en",
+        "",
+    ],
+)
 def test_ordinary_text_passes_unchanged(text: str) -> None:
     assert sanitize(text) == text
 
@@ -158,11 +183,69 @@ def test_sanitize_is_idempotent_and_nested_tags_do_not_survive() -> None:
 # Property tests
 
 _FRAGMENTS = [
-    "<", ">", "/", "memory", "context", "-", "_", " ", "\n", "MEMORY", "Context", "&lt;", "&gt;", "&#60;",
-    "&#x3e;", "&amp;", "%3C", "%3E", "%2F", "%25", "%253C", "＜", "＞", "／", "‹", "›", "〈", "⟩", "\u200b",
-    "\u200d", "\u00ad", "\u2062", "\ufff9", "\U000E0041", "м", "е", "о", "с", "т", "х", "ο", "\u0301", "\\u003c",
-    "\\u002f", "[System note:", "System note", "recalled memory context", "</memory-context>", "<memory-context>",
-    "mem", "ory", "con", "text", "0", "lt;", "gt;", "#", "&", ";", "x", "3c", "3e", "2f",
+    "<",
+    ">",
+    "/",
+    "memory",
+    "context",
+    "-",
+    "_",
+    " ",
+    "\n",
+    "MEMORY",
+    "Context",
+    "&lt;",
+    "&gt;",
+    "&#60;",
+    "&#x3e;",
+    "&amp;",
+    "%3C",
+    "%3E",
+    "%2F",
+    "%25",
+    "%253C",
+    "＜",
+    "＞",
+    "／",
+    "‹",
+    "›",
+    "〈",
+    "⟩",
+    "\u200b",
+    "\u200d",
+    "\u00ad",
+    "\u2062",
+    "\ufff9",
+    "\U000e0041",
+    "м",
+    "е",
+    "о",
+    "с",
+    "т",
+    "х",
+    "ο",
+    "\u0301",
+    "\\u003c",
+    "\\u002f",
+    "[System note:",
+    "System note",
+    "recalled memory context",
+    "</memory-context>",
+    "<memory-context>",
+    "mem",
+    "ory",
+    "con",
+    "text",
+    "0",
+    "lt;",
+    "gt;",
+    "#",
+    "&",
+    ";",
+    "x",
+    "3c",
+    "3e",
+    "2f",
 ]
 
 _text = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=4)), max_size=40).map("".join)

@@ -26,7 +26,7 @@ import html
 import re
 import unicodedata
 
-__all__ = ["FENCE_OPEN", "FENCE_CLOSE", "SYSTEM_NOTE", "fence", "sanitize", "fence_overhead_text"]
+__all__ = ["FENCE_CLOSE", "FENCE_OPEN", "SYSTEM_NOTE", "fence", "fence_overhead_text", "sanitize"]
 
 FENCE_OPEN = "<memory-context>"
 FENCE_CLOSE = "</memory-context>"
@@ -51,28 +51,128 @@ _INVISIBLE_CHARS = (
 
 def _is_invisible(ch: str) -> bool:
     cp = ord(ch)
-    return (ch in _INVISIBLE_CHARS or 0xE0000 <= cp <= 0xE007F or 0xE0100 <= cp <= 0xE01EF
-            or unicodedata.category(ch) == "Cf")
+    return (
+        ch in _INVISIBLE_CHARS
+        or 0xE0000 <= cp <= 0xE007F
+        or 0xE0100 <= cp <= 0xE01EF
+        or unicodedata.category(ch) == "Cf"
+    )
 
 
 # Look-alikes that NFKC leaves alone, mapped to the ASCII character they imitate. Only what matters for
 # the tag ``memory-context`` and the words ``system note`` plus brackets and slashes.
 _LOOKALIKE = {
     # brackets and slashes
-    "‹": "<", "›": ">", "〈": "<", "〉": ">", "⟨": "<", "⟩": ">", "〈": "<", "〉": ">", "《": "<", "》": ">",
-    "«": "<", "»": ">", "ᐸ": "<", "ᐳ": ">", "˂": "<", "˃": ">", "❮": "<", "❯": ">", "❬": "<", "❭": ">",
-    "⧼": "<", "⧽": ">", "≺": "<", "≻": ">", "⋖": "<", "⋗": ">", "∠": "<",
-    "⁄": "/", "∕": "/", "⧸": "/", "╱": "/", "⟋": "/", "\\": "/", "᜵": "/", "〳": "/",
+    "‹": "<",
+    "›": ">",
+    "\u3008": "<",
+    "\u3009": ">",
+    "⟨": "<",
+    "⟩": ">",
+    "\u2329": "<",
+    "\u232a": ">",
+    "《": "<",
+    "》": ">",
+    "«": "<",
+    "»": ">",
+    "ᐸ": "<",
+    "ᐳ": ">",
+    "˂": "<",
+    "˃": ">",
+    "❮": "<",
+    "❯": ">",
+    "❬": "<",
+    "❭": ">",
+    "⧼": "<",
+    "⧽": ">",
+    "≺": "<",
+    "≻": ">",
+    "⋖": "<",
+    "⋗": ">",
+    "∠": "<",
+    "⁄": "/",
+    "∕": "/",
+    "⧸": "/",
+    "╱": "/",
+    "⟋": "/",
+    "\\": "/",
+    "᜵": "/",
+    "〳": "/",
     # dashes and separators
-    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-", "﹘": "-", "⁃": "-", "˗": "-",
-    "·": "-", "•": "-", "∙": "-", "⋅": "-", "・": "-",
+    "‐": "-",
+    "‑": "-",
+    "‒": "-",
+    "–": "-",
+    "—": "-",
+    "―": "-",
+    "−": "-",
+    "﹘": "-",
+    "⁃": "-",
+    "˗": "-",
+    "·": "-",
+    "•": "-",
+    "∙": "-",
+    "⋅": "-",
+    "・": "-",
     # Cyrillic / Greek / Armenian / IPA / small capitals imitating Latin letters
-    "а": "a", "е": "e", "ё": "e", "є": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i",
-    "ї": "i", "ј": "j", "ѕ": "s", "һ": "h", "ԁ": "d", "ԛ": "q", "ԝ": "w", "м": "m", "т": "t", "н": "h",
-    "к": "k", "в": "b", "г": "r", "п": "n", "ү": "y", "ո": "n", "ս": "u", "օ": "o", "ց": "g", "հ": "h",
-    "ο": "o", "ε": "e", "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "κ": "k", "ι": "i", "α": "a",
-    "ϲ": "c", "ɑ": "a", "ɡ": "g", "ı": "i", "ɪ": "i", "ʏ": "y", "ᴍ": "m", "ᴇ": "e", "ᴏ": "o", "ʀ": "r",
-    "ᴄ": "c", "ɴ": "n", "ᴛ": "t", "ѵ": "v", "ɛ": "e", "ʍ": "m", "ṃ": "m", "ｍ": "m",
+    "а": "a",
+    "е": "e",
+    "ё": "e",
+    "є": "e",
+    "о": "o",
+    "р": "p",
+    "с": "c",
+    "у": "y",
+    "х": "x",
+    "і": "i",
+    "ї": "i",
+    "ј": "j",
+    "ѕ": "s",
+    "һ": "h",
+    "ԁ": "d",
+    "ԛ": "q",
+    "ԝ": "w",
+    "м": "m",
+    "т": "t",
+    "н": "h",
+    "к": "k",
+    "в": "b",
+    "г": "r",
+    "п": "n",
+    "ү": "y",
+    "ո": "n",
+    "ս": "u",
+    "օ": "o",
+    "ց": "g",
+    "հ": "h",
+    "ο": "o",
+    "ε": "e",
+    "ν": "v",
+    "ρ": "p",
+    "τ": "t",
+    "υ": "u",
+    "χ": "x",
+    "κ": "k",
+    "ι": "i",
+    "α": "a",
+    "ϲ": "c",
+    "ɑ": "a",
+    "ɡ": "g",
+    "ı": "i",
+    "ɪ": "i",
+    "ʏ": "y",
+    "ᴍ": "m",
+    "ᴇ": "e",
+    "ᴏ": "o",
+    "ʀ": "r",
+    "ᴄ": "c",
+    "ɴ": "n",
+    "ᴛ": "t",
+    "ѵ": "v",
+    "ɛ": "e",
+    "ʍ": "m",
+    "ṃ": "m",
+    "ｍ": "m",
     "0": "o",
 }
 
@@ -82,7 +182,7 @@ _UNIT_RE = re.compile(
     r"|%(?:25)*[0-9a-fA-F]{2}"
     r"|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\/"
     r"|.",
-    re.S,
+    re.DOTALL,
 )
 
 
@@ -95,7 +195,7 @@ def _decode_unit(unit: str) -> str:
         return chr(int(unit[-2:], 16))
     if unit == "\\/":
         return "/"
-    return chr(int(unit[2:], 16))
+    return chr(int(unit.removeprefix("\\u").removeprefix("\\x"), 16))
 
 
 _ASCII_FOLD = {"0": "o", "\\": "/"}
@@ -147,7 +247,9 @@ def _normalized_view(text: str) -> tuple[str, list[int], list[int]]:
 
 # Patterns on the normalized view. A fence tag is the name "memory context" (any separator) touching a
 # bracket or a slash; a bare mention in prose ("recalled memory context") is left alone.
-_NAME = r"m\W{0,2}e\W{0,2}m\W{0,2}o\W{0,2}r\W{0,2}y[\W_]{0,6}c\W{0,2}o\W{0,2}n\W{0,2}t\W{0,2}e\W{0,2}x\W{0,2}t"
+_NAME = (
+    r"m\W{0,2}e\W{0,2}m\W{0,2}o\W{0,2}r\W{0,2}y[\W_]{0,6}c\W{0,2}o\W{0,2}n\W{0,2}t\W{0,2}e\W{0,2}x\W{0,2}t"
+)
 _TAG_RE = re.compile(
     rf"[<\[{{]\s*/?\s*{_NAME}(?:\s*/?\s*[>\]}})])?"
     rf"|/\s*{_NAME}(?:\s*/?\s*[>\]}})])?"
@@ -155,6 +257,7 @@ _TAG_RE = re.compile(
 )
 _NOTE_RE = re.compile(r"system\W{0,3}note\s*:")
 _NOTE_BODY_RE = re.compile(r"recalled\W+memory\W+context\W+not\W+new\W+user\W+input")
+
 
 # Cheap full-string prefilter. The mapped view can only hold a tag when the text, decoded and folded
 # (NFKD, casefold), spells "memory context", "system note" or "recalled memory" with each letter written
@@ -250,8 +353,13 @@ def sanitize(text: str) -> str:
         last = 0
         for s, e, kind in spans:
             pieces.append(out[last:s])
-            pieces.append(_REPLACEMENT if kind == "tag" else
-                          _NOTE_REPLACEMENT if kind == "note" else _NOTE_BODY_REPLACEMENT)
+            pieces.append(
+                _REPLACEMENT
+                if kind == "tag"
+                else _NOTE_REPLACEMENT
+                if kind == "note"
+                else _NOTE_BODY_REPLACEMENT
+            )
             last = e
         pieces.append(out[last:])
         out = "".join(pieces)
