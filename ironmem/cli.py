@@ -194,9 +194,18 @@ def _corrupt_files(manager: MemoryManager) -> list[str]:
     return problems
 
 
-def _opts(ctx: typer.Context) -> Options:
+def _opts(ctx: typer.Context, home: str | None = None) -> Options:
+    """The global options, with a command's own ``--home`` (``ironmem show --home X``) taking precedence."""
     obj = ctx.find_root().obj
-    return obj if isinstance(obj, Options) else Options()
+    opts = obj if isinstance(obj, Options) else Options()
+    if home:
+        opts = Options(home=home, config=opts.config, verbose=opts.verbose)
+    return opts
+
+
+_HOME_OPTION = typer.Option(
+    None, "--home", help="Memory home (folder with MEMORY.md and USER.md); same as the global --home."
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,10 +250,11 @@ def _root(
 @app.command()
 def status(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Providers (active or degraded), usage of MEMORY.md and USER.md, and the snapshot hash."""
-    opts = _opts(ctx)
+    opts = _opts(ctx, home)
     with _manager(opts) as manager:
         info = manager.status()
         problems = _corrupt_files(manager)
@@ -287,13 +297,14 @@ def _targets(target: str) -> list[str]:
 @app.command()
 def show(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     target: str = typer.Option("all", "--target", "-t", help="memory, user or all."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """The numbered entries of MEMORY.md and USER.md, each with its security-scan verdict."""
     from .core.security import scan
 
-    opts = _opts(ctx)
+    opts = _opts(ctx, home)
     targets = _targets(target)
     out: dict[str, Any] = {}
     with _manager(opts) as manager:
@@ -323,7 +334,8 @@ def show(
         return
     console = _console()
     for t, data in out.items():
-        table = Table(title=f"{TARGET_FILES[t]}  [{data['usage']}]", title_justify="left", show_lines=True)
+        console.print(Text(f"{TARGET_FILES[t]}  [{data['usage']}]  {data['file']}", style="bold"))
+        table = Table(show_lines=True)
         table.add_column("#", justify="right")
         table.add_column("entry", overflow="fold")
         table.add_column("scan")
@@ -346,6 +358,7 @@ def show(
 @app.command()
 def remove(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     target: str = typer.Argument(..., help="memory or user."),
     number: int = typer.Argument(..., help="The entry's number, as `ironmem show` lists it."),
 ) -> None:
@@ -353,7 +366,7 @@ def remove(
     from .core.builtin.tools import Operation, OperationError
     from .core.errors import MemoryFileError
 
-    opts = _opts(ctx)
+    opts = _opts(ctx, home)
     if target not in TARGET_FILES:
         raise CLIError(f"unknown target {target!r}; use memory or user")
     with _manager(opts) as manager:
@@ -379,12 +392,13 @@ def remove(
 @app.command()
 def search(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     query: str = typer.Argument(..., help="Words to look for (any language)."),
     limit: int = typer.Option(10, "--limit", "-n", help="Maximum results."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Full-text search over memory entries and past conversation turns (what `session_search` sees)."""
-    opts = _opts(ctx)
+    opts = _opts(ctx, home)
     if not query.strip():
         raise CLIError("the search query is empty; give some words to look for")
     if limit < 1:
@@ -557,6 +571,7 @@ def scan(
 @app.command()
 def tokens(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     encoding: str = typer.Option("o200k_base", "--encoding", help="tiktoken encoding (o200k_base, cl100k_base)."),
     providers: int = typer.Option(5, "--providers", help="Rows of the what-if table (N external providers)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -564,7 +579,7 @@ def tokens(
     """The token report for the configured setup: fence overhead, tool schemas, snapshot, what-if table."""
     from .core.tokens import TokenCounter, TokenReport
 
-    opts = _opts(ctx)
+    opts = _opts(ctx, home)
     if providers < 1:
         raise CLIError(f"--providers must be at least 1, got {providers}")
     counter = TokenCounter(encoding)
@@ -647,6 +662,7 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
 @app.command()
 def demo(
     ctx: typer.Context,
+    home: str | None = _HOME_OPTION,
     framework: str = typer.Option("langchain", "--framework", "-f", help="langchain or llama-index."),
     model: str | None = typer.Option(
         None, "--model", "-m",
@@ -658,12 +674,12 @@ def demo(
     """A scripted two-session agent run: frozen snapshot, fenced recall, memory write, token and cache report."""
     from .demo import DemoError, run_demo
 
-    opts = _opts(ctx)
-    home = None
+    opts = _opts(ctx, home)
+    demo_home = None
     if opts.home or os.environ.get("IRONMEM_HOME"):
-        home = _demo_home(opts.home)
+        demo_home = _demo_home(opts.home)
     try:
-        run_demo(framework=framework, model=model, home=home, console=None if as_json else _console(),
+        run_demo(framework=framework, model=model, home=demo_home, console=None if as_json else _console(),
                  as_json=as_json)
     except DemoError as exc:
         raise CLIError(str(exc)) from None

@@ -111,8 +111,9 @@ def _answer(text: str) -> AnswerStep:
 
 def _ci_answer(view: View) -> str:
     if "Python 3.12" in view.user and FENCE_OPEN in view.user:
-        return ("Use Python 3.12 for the CI image: tidepool targets 3.12 (it came back in this turn's recalled "
-                "memory, saved a moment ago).")
+        return "Use Python 3.12 for the CI image: tidepool targets 3.12 (it came back in this turn's recalled memory)."
+    if "Python 3.12" in view.system:
+        return "Use Python 3.12 for the CI image: tidepool targets 3.12 (it is in my memory snapshot)."
     return "Which Python version does tidepool target? I don't have that yet."
 
 

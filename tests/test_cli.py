@@ -309,15 +309,16 @@ def test_demo_runs_a_real_llama_index_function_agent_offline() -> None:
 
 def test_demo_prints_the_story_and_keeps_its_memory_in_a_given_home(tmp_path: Path, cli) -> None:
     home = tmp_path / "demo-home"
-    proc = cli("demo", home=home)
+    proc = cli("demo", "--home", str(home))  # --home after the command works as well as before it
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for needle in ("session 1: 4 requests, system prompt constant", "session 2: 3 requests, system prompt constant",
                    "<memory-context>", "memory write: memory(", "fence overhead", "cached tokens per request"):
         assert needle in out, needle
     assert "tidepool targets Python 3.12" in (home / "MEMORY.md").read_text(encoding="utf-8")
-    status = json.loads(cli("status", "--json", home=home).stdout)
+    status = json.loads(cli("status", "--json", "--home", str(home)).stdout)
     assert status["turns_indexed"] == 5
+    assert status == json.loads(cli("status", "--json", home=home).stdout)
 
 
 def test_demo_with_a_real_model_needs_its_key(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
