@@ -2781,9 +2781,9 @@ def _printable_text(b: bytes) -> str | None:
     return s
 
 
-def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
-    """(kind, decoded text) for every base64 / base32 / hex run that decodes to readable text."""
-    out: list[tuple[str, str]] = []
+def _decoded_payloads(v: _Views) -> list[tuple[str, str, tuple[int, int]]]:
+    """(kind, decoded text, span) for every base64 / base32 / hex run that decodes to readable text."""
+    out: list[tuple[str, str, tuple[int, int]]] = []
     long_tokens = [t for t in v.dec.split() if len(t) >= 16]
     ascii_dec = v.dec if v.dec.isascii() else v.dec.encode("ascii", "replace").decode("ascii")
     if "hh hh hh hh hh hh hh hh" in ascii_dec.translate(_HEX_SHAPE):
@@ -2791,6 +2791,7 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
     for tok_src in long_tokens:
         if "://" in tok_src or tok_src.startswith(("http", "www.")):
             continue
+        at = max(0, v.dec.find(tok_src))
         for m in _B64_RE.finditer(tok_src):
             tok = m.group(0)
             if tok.isalpha() and (tok.islower() or tok.isupper()):
@@ -2806,7 +2807,7 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
             except (binascii.Error, ValueError):
                 s = None
             if s:
-                out.append(("base64", s))
+                out.append(("base64", s, (at + m.start(), at + m.end())))
         for m in _B32_RE.finditer(tok_src):
             tok = m.group(0).rstrip("=")
             try:
@@ -2814,7 +2815,7 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
             except (binascii.Error, ValueError):
                 s = None
             if s:
-                out.append(("base32", s))
+                out.append(("base32", s, (at + m.start(), at + m.end())))
         for m in _HEX_RE.finditer(tok_src):
             hexs = m.group(0).replace("\\x", "")
             if len(hexs) % 2:
@@ -2824,7 +2825,7 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str]]:
             except ValueError:
                 s = None
             if s:
-                out.append(("hex", s))
+                out.append(("hex", s, (at + m.start(), at + m.end())))
     return out
 
 
@@ -2842,11 +2843,11 @@ def _content_findings(text: str, depth: int) -> dict[str, Finding]:
     _url_placeholder_findings(v, found)
     _apply_rules(v, "norm", found, words if v.norm == v.skel else None)
     if depth < 2:
-        inner: list[tuple[str, str]] = _decoded_payloads(v)
+        inner = _decoded_payloads(v)
         words = words if depth == 0 else set()
         if words & _ROT13_HINTS or "rot13" in v.skel or "rot-13" in v.skel or "rot 13" in v.skel:
-            inner.append(("rot13", codecs.encode(v.skel, "rot13")))
-        for kind, s in inner:
+            inner.append(("rot13", codecs.encode(v.skel, "rot13"), (0, len(v.skel))))
+        for kind, s, span in inner:
             sub = _content_findings(s, depth + 1)
             if _blocking(sub):
                 top = next(iter(sub.values()))
@@ -2855,7 +2856,7 @@ def _content_findings(text: str, depth: int) -> dict[str, Finding]:
                     Finding(
                         "encoded_instructions",
                         f"encoded.{kind}",
-                        (0, 0),
+                        span,
                         f"{kind} decodes to {top.category}: {top.excerpt[:60]}",
                     ),
                 )
@@ -2952,9 +2953,16 @@ def scan(text: str) -> ScanResult:
         break
     found = _content_findings(text, 0)
     if hidden_text.strip():
+        # What the hidden tag text says goes into the unicode_tags finding; the category stays unicode_tags.
         sub = _content_findings(hidden_text, 1)
-        for rid, f in sub.items():
-            found.setdefault("hidden." + rid, Finding(f.category, "hidden." + rid, f.span, f.excerpt))
+        if _blocking(sub):
+            said = ", ".join(sorted({f.category for f in sub.values()}))
+            findings = [
+                Finding(f.category, f.rule, f.span, f"{f.excerpt} (reads as {said})")
+                if f.category == "unicode_tags"
+                else f
+                for f in findings
+            ]
     score = _scores(found)
     blocking_cats = {c for c, s in score.items() if s >= 2}
     blocked = bool(findings) or bool(blocking_cats)
