@@ -59,14 +59,14 @@ def fmt_ratio(value: float | None) -> str:
     return f"{value:,.0f}x" if value >= 100 else f"{value:.1f}x"
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain-text table, columns right-aligned except the first two."""
+def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
+    """A plain-text table, columns right-aligned except the first ``left``."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         out = []
         for i, cell in enumerate(cells):
-            out.append(str(cell).ljust(widths[i]) if i < 2 else str(cell).rjust(widths[i]))
+            out.append(str(cell).ljust(widths[i]) if i < left else str(cell).rjust(widths[i]))
         return "  ".join(out).rstrip()
 
     sep = "  ".join("-" * w for w in widths)
