@@ -45,6 +45,9 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
     session_id: str = Field(default="", description="The ironmem session id (to rebuild elsewhere).")
     user_id: str | None = Field(default=None)
     home: str | None = Field(default=None, description="The memory home folder (to rebuild elsewhere).")
+    snapshot_state: dict[str, Any] | None = Field(
+        default=None, description="The frozen snapshot (to rebuild)."
+    )
 
     _session: Any = PrivateAttr(default=None)
 
@@ -65,7 +68,11 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
             handle = _registry.new_handle()
             _registry.register(handle, live)
             data.update(
-                session_handle=handle, session_id=live.id, user_id=live.user_id, home=str(live.manager.home)
+                snapshot_state=live.snapshot.to_dict(),
+                session_handle=handle,
+                session_id=live.id,
+                user_id=live.user_id,
+                home=str(live.manager.home),
             )
         super().__init__(**data)
 
@@ -77,7 +84,9 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
                     "SnapshotMemoryBlock needs a session: "
                     "SnapshotMemoryBlock(session=manager.start_session(...))"
                 )
-            live = MemoryManager(home=self.home).start_session(self.session_id or None, self.user_id)
+            live = MemoryManager(home=self.home).start_session(
+                self.session_id or None, self.user_id, snapshot=self.snapshot_state
+            )
             self.session_handle = self.session_handle or _registry.new_handle()
             _registry.register(self.session_handle, live)
             self.session_id = live.id

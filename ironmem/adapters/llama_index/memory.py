@@ -16,7 +16,7 @@ A turn is synced to the providers when an assistant message without tool calls a
 
 Workflows copy and serialize ``memory``: deep copies share this memory, ``to_dict()``/``from_dict()`` in the
 same process reattach to it, and in a new process the memory is rebuilt from its home folder, session id and
-history store (see :mod:`._registry`).
+history store, and the session keeps its frozen snapshot bytes (see :mod:`._registry`).
 """
 
 from __future__ import annotations
@@ -146,6 +146,10 @@ class IronMemory(BaseMemory):
         default=None,
         description="Chat history carried inside the serialized form when its store is in memory.",
     )
+    snapshot_state: dict[str, Any] | None = Field(
+        default=None,
+        description="The frozen snapshot (Snapshot.to_dict()), so a rebuilt session keeps its bytes.",
+    )
     recall_log: dict[str, str] = Field(default_factory=dict, description="Fenced recall per user message.")
     synced_turns: list[str] = Field(default_factory=list, description="User messages whose turn was synced.")
 
@@ -233,7 +237,7 @@ class IronMemory(BaseMemory):
                 "IronMemory.from_defaults(manager=..., session_id=...) or pass home=..."
             )
         manager = MemoryManager(home=self.home)
-        session = manager.start_session(self.session_id or None, self.user_id)
+        session = manager.start_session(self.session_id or None, self.user_id, snapshot=self.snapshot_state)
         config = dict(self.history_config)
         chat_history = None
         if self.history_messages:
@@ -282,6 +286,7 @@ class IronMemory(BaseMemory):
         data["class_name"] = self.class_name()
         state: _State | None = self._state
         if state is not None:
+            data["snapshot_state"] = state.session.snapshot.to_dict()
             with state.lock:
                 data["recall_log"] = dict(state.fences)
                 data["synced_turns"] = sorted(state.synced)
