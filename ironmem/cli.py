@@ -38,7 +38,7 @@ from rich.text import Text
 if TYPE_CHECKING:  # pragma: no cover
     from .core.manager import MemoryManager
 
-__all__ = ["app", "main", "resolve_home", "CLIError"]
+__all__ = ["CLIError", "app", "main", "resolve_home"]
 
 #: Exit status for bad input and failures (``scan`` uses 1 for "something is blocked").
 EXIT_ERROR = 2
@@ -134,13 +134,17 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> tuple[Path, str]
         )
         raise CLIError(f"memory home {path} (from {origin}) does not exist; {hint}")
     if not path.is_dir():
-        raise CLIError(f"memory home {path} (from {origin}) is not a folder; pass the folder that holds MEMORY.md and USER.md")
+        raise CLIError(
+            f"memory home {path} (from {origin}) is not a folder; pass the folder that holds MEMORY.md and USER.md"
+        )
     has_files = any((path / name).exists() for name in TARGET_FILES.values())
     hermes = path / "memories"
     if not has_files and hermes.is_dir() and any((hermes / name).exists() for name in TARGET_FILES.values()):
         path = hermes
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise CLIError(f"memory home {path} (from {origin}) is not readable and writable by this user; fix its permissions")
+        raise CLIError(
+            f"memory home {path} (from {origin}) is not readable and writable by this user; fix its permissions"
+        )
     return path, origin
 
 
@@ -154,11 +158,15 @@ def _open_manager(opts: Options) -> MemoryManager:
     if opts.config:
         config = Path(opts.config).expanduser()
         if not config.is_file():
-            raise CLIError(f"config file {config} does not exist (from --config); pass the path of a config.yaml")
+            raise CLIError(
+                f"config file {config} does not exist (from --config); pass the path of a config.yaml"
+            )
         try:
             from .core.config import manager_from_config
         except ImportError as exc:
-            raise CLIError(f"this ironmem install cannot read config files ({exc}); reinstall ironmem") from exc
+            raise CLIError(
+                f"this ironmem install cannot read config files ({exc}); reinstall ironmem"
+            ) from exc
         if not opts.home:
             return manager_from_config(config)
         home, _ = resolve_home(opts.home)
@@ -190,7 +198,9 @@ def _corrupt_files(manager: MemoryManager) -> list[str]:
     for target in TARGET_FILES:
         state = manager.builtin.files[target].read()
         if state.corrupt:
-            problems.append(f"{state.corrupt} ({manager.builtin.files[target].path}); a copy is at {state.backup}")
+            problems.append(
+                f"{state.corrupt} ({manager.builtin.files[target].path}); a copy is at {state.backup}"
+            )
     return problems
 
 
@@ -223,12 +233,19 @@ def _print_version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     home: str | None = typer.Option(
-        None, "--home", help="Memory home (folder with MEMORY.md and USER.md). Default: $IRONMEM_HOME or ~/.ironmem."
+        None,
+        "--home",
+        help="Memory home (folder with MEMORY.md and USER.md). Default: $IRONMEM_HOME or ~/.ironmem.",
     ),
     config: str | None = typer.Option(None, "--config", help="A config.yaml to build the manager from."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show ironmem's log warnings on stderr."),
-    version: bool = typer.Option(False, "--version", help="Print the ironmem version and exit.",
-                                 callback=lambda value: _print_version(value), is_eager=True),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the ironmem version and exit.",
+        callback=lambda value: _print_version(value),
+        is_eager=True,
+    ),
 ) -> None:
     """Persistent agent memory that keeps the prompt cache warm."""
     ctx.obj = Options(home=home, config=config, verbose=verbose)
@@ -268,13 +285,17 @@ def status(
             providers.add_column(column)
         for p in info["providers"]:
             state = Text(p["state"], style="green" if p["state"] == "active" else "bold red")
-            providers.add_row(p["name"], p["kind"], state, ", ".join(p.get("tools", [])), Text(p.get("reason", "")))
+            providers.add_row(
+                p["name"], p["kind"], state, ", ".join(p.get("tools", [])), Text(p.get("reason", ""))
+            )
         console.print(providers)
         files = Table(title="files", title_justify="left")
         for column in ("file", "entries", "usage", "path"):
             files.add_column(column)
         for target, f in info["files"].items():
-            usage = Text(f"UNREADABLE: {f['error']}", style="bold red") if f.get("error") else Text(f["usage"])
+            usage = (
+                Text(f"UNREADABLE: {f['error']}", style="bold red") if f.get("error") else Text(f["usage"])
+            )
             files.add_row(TARGET_FILES[target], str(f["entries"]), usage, Text(f["path"]))
         console.print(files)
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
@@ -318,12 +339,14 @@ def show(
             rows = []
             for i, entry in enumerate(state.entries, start=1):
                 verdict = scan(entry)
-                rows.append({
-                    "n": i,
-                    "text": entry,
-                    "blocked": verdict.blocked,
-                    "categories": verdict.categories,
-                })
+                rows.append(
+                    {
+                        "n": i,
+                        "text": entry,
+                        "blocked": verdict.blocked,
+                        "categories": verdict.categories,
+                    }
+                )
             out[t] = {
                 "file": str(manager.builtin.files[t].path),
                 "usage": manager.builtin.usage(t),
@@ -372,7 +395,9 @@ def remove(
     with _manager(opts) as manager:
         state = manager.builtin.files[target].read()
         if state.corrupt:
-            raise CLIError(f"{state.corrupt} ({manager.builtin.files[target].path}); fix or delete the file first")
+            raise CLIError(
+                f"{state.corrupt} ({manager.builtin.files[target].path}); fix or delete the file first"
+            )
         if not 1 <= number <= len(state.entries):
             raise CLIError(
                 f"{TARGET_FILES[target]} has {len(state.entries)} entries; pick a number from `ironmem show`"
@@ -383,7 +408,9 @@ def remove(
         except (OperationError, MemoryFileError) as exc:
             raise CLIError(f"could not remove entry {number} of {TARGET_FILES[target]}: {exc}") from exc
         usage = manager.builtin.usage(target)
-    _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}"))
+    _console().print(
+        Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}")
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -448,7 +475,9 @@ def _read_text(path: Path, name: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CLIError(f"{name} is not UTF-8 text (bad byte at offset {exc.start}); scan only text files") from None
+        raise CLIError(
+            f"{name} is not UTF-8 text (bad byte at offset {exc.start}); scan only text files"
+        ) from None
 
 
 def _split_items(text: str, source: str, by: str) -> list[_Item]:
@@ -478,7 +507,8 @@ def _split_items(text: str, source: str, by: str) -> list[_Item]:
 def scan(
     source: str = typer.Argument(..., help="A text file, a memory home folder, or - to read stdin."),
     by: str = typer.Option(
-        "auto", "--by",
+        "auto",
+        "--by",
         help="Split into entries (the § format), lines, or scan the whole text. auto: entries for memory "
         "files and text holding the § separator, else lines.",
     ),
@@ -503,9 +533,13 @@ def scan(
         if path.is_dir():
             files = [path / name for name in TARGET_FILES.values() if (path / name).is_file()]
             if not files and (path / "memories").is_dir():
-                files = [path / "memories" / n for n in TARGET_FILES.values() if (path / "memories" / n).is_file()]
+                files = [
+                    path / "memories" / n for n in TARGET_FILES.values() if (path / "memories" / n).is_file()
+                ]
             if not files:
-                raise CLIError(f"{source} is a folder without MEMORY.md or USER.md; pass a file or a memory home")
+                raise CLIError(
+                    f"{source} is a folder without MEMORY.md or USER.md; pass a file or a memory home"
+                )
             for f in files:
                 inputs.append((f.name, _read_text(f, str(f)), by if by != "auto" else "entry"))
         else:
@@ -522,27 +556,34 @@ def scan(
     blocked = sum(1 for _, _, v in results if v.blocked)
 
     if as_json:
-        _echo_json({
-            "source": source,
-            "items": [
-                {
-                    "source": item.source,
-                    "by": mode,
-                    "index": item.index,
-                    "line": item.line,
-                    "blocked": verdict.blocked,
-                    "categories": verdict.categories,
-                    "findings": [
-                        {"category": f.category, "rule": f.rule, "span": list(f.span), "excerpt": f.excerpt}
-                        for f in verdict.findings
-                    ],
-                    "text": item.text,
-                }
-                for item, mode, verdict in results
-            ],
-            "scanned": len(results),
-            "blocked": blocked,
-        })
+        _echo_json(
+            {
+                "source": source,
+                "items": [
+                    {
+                        "source": item.source,
+                        "by": mode,
+                        "index": item.index,
+                        "line": item.line,
+                        "blocked": verdict.blocked,
+                        "categories": verdict.categories,
+                        "findings": [
+                            {
+                                "category": f.category,
+                                "rule": f.rule,
+                                "span": list(f.span),
+                                "excerpt": f.excerpt,
+                            }
+                            for f in verdict.findings
+                        ],
+                        "text": item.text,
+                    }
+                    for item, mode, verdict in results
+                ],
+                "scanned": len(results),
+                "blocked": blocked,
+            }
+        )
     else:
         console = _console()
         table = Table(title=f"scan: {source}", title_justify="left")
@@ -555,10 +596,17 @@ def scan(
                 findings = "; ".join(
                     f"{f.category}/{f.rule}: {_visible(f.excerpt, 60)!r}" for f in verdict.findings
                 )
-                table.add_row(item.label, Text("BLOCKED", style="bold red"), Text(findings), Text(_visible(item.text, 120)))
+                table.add_row(
+                    item.label,
+                    Text("BLOCKED", style="bold red"),
+                    Text(findings),
+                    Text(_visible(item.text, 120)),
+                )
             else:
                 notes = "; ".join(f"{f.category}/{f.rule}" for f in verdict.findings)
-                table.add_row(item.label, Text("ok", style="green"), Text(notes), Text(_visible(item.text, 120)))
+                table.add_row(
+                    item.label, Text("ok", style="green"), Text(notes), Text(_visible(item.text, 120))
+                )
         console.print(table)
         console.print(Text(f"{len(results)} scanned, {blocked} blocked"))
     if blocked:
@@ -572,7 +620,9 @@ def scan(
 def tokens(
     ctx: typer.Context,
     home: str | None = _HOME_OPTION,
-    encoding: str = typer.Option("o200k_base", "--encoding", help="tiktoken encoding (o200k_base, cl100k_base)."),
+    encoding: str = typer.Option(
+        "o200k_base", "--encoding", help="tiktoken encoding (o200k_base, cl100k_base)."
+    ),
     providers: int = typer.Option(5, "--providers", help="Rows of the what-if table (N external providers)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
@@ -598,18 +648,24 @@ def tokens(
 # --------------------------------------------------------------------------------------------------
 # simulate
 # --------------------------------------------------------------------------------------------------
+_POLICY_OPTION = typer.Option(
+    None,
+    "--policy",
+    "-p",
+    help="Provider policy, repeatable: openai[:MODEL], anthropic[:MODEL], vllm, gemini[:MODEL], "
+    "deepseek. Default: openai:gpt-4.1, anthropic:claude-sonnet-4-5 and vllm.",
+)
+_STRATEGY_OPTION = typer.Option(
+    None, "--strategy", "-s", help="Memory strategy, repeatable (default: all four)."
+)
+
+
 @app.command()
 def simulate(
     turns: int = typer.Option(30, "--turns", help="User turns in the scripted session."),
     write_every: int = typer.Option(5, "--write-every", help="A memory write every N turns (0: never)."),
-    policy: list[str] = typer.Option(
-        None, "--policy", "-p",
-        help="Provider policy, repeatable: openai[:MODEL], anthropic[:MODEL], vllm, gemini[:MODEL], "
-        "deepseek. Default: openai:gpt-4.1, anthropic:claude-sonnet-4-5 and vllm.",
-    ),
-    strategy: list[str] = typer.Option(
-        None, "--strategy", "-s", help="Memory strategy, repeatable (default: all four)."
-    ),
+    policy: list[str] = _POLICY_OPTION,
+    strategy: list[str] = _STRATEGY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Replay a scripted session under each memory strategy and provider policy: cached share and cost."""
@@ -624,7 +680,10 @@ def simulate(
     console = _console()
     try:
         rows = run_simulation(
-            turns=turns, write_every=write_every, policies=policies, strategies=strategies,
+            turns=turns,
+            write_every=write_every,
+            policies=policies,
+            strategies=strategies,
             progress=None if as_json else console,
         )
     except DemoError as exc:
@@ -632,26 +691,49 @@ def simulate(
     if as_json:
         _echo_json({"turns": turns, "write_every": write_every, "results": rows})
         return
-    print_simulation(rows, console, title=f"{turns}-turn session, a memory write every {write_every} turns"
-                     if write_every else f"{turns}-turn session, no memory writes")
+    print_simulation(
+        rows,
+        console,
+        title=f"{turns}-turn session, a memory write every {write_every} turns"
+        if write_every
+        else f"{turns}-turn session, no memory writes",
+    )
 
 
 def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: str = "") -> None:
     """Render :func:`ironmem.demo.run_simulation` rows as a table."""
     table = Table(title=title or None, title_justify="left")
-    for column in ("policy", "strategy", "requests", "input tokens", "cached", "cost", "no-cache cost",
-                   "saved", "of max"):
-        table.add_column(column, justify="left" if column in ("policy", "strategy") else "right",
-                         no_wrap=column in ("policy", "strategy"))
+    for column in (
+        "policy",
+        "strategy",
+        "requests",
+        "input tokens",
+        "cached",
+        "cost",
+        "no-cache cost",
+        "saved",
+        "of max",
+    ):
+        table.add_column(
+            column,
+            justify="left" if column in ("policy", "strategy") else "right",
+            no_wrap=column in ("policy", "strategy"),
+        )
     last_policy = None
     for row in rows:
         label = row["policy"] if row["policy"] != last_policy else ""
         last_policy = row["policy"]
         of_max = "-" if row.get("of_theoretical_max") is None else f"{row['of_theoretical_max']:.0%}"
         table.add_row(
-            label, row["strategy"], str(row["requests"]), f"{row['input_tokens']:,}",
-            f"{row['cached_share']:.1%}", f"${row['cost_usd']:.4f}", f"${row['cost_without_cache_usd']:.4f}",
-            f"{row['savings']:.0%}", of_max,
+            label,
+            row["strategy"],
+            str(row["requests"]),
+            f"{row['input_tokens']:,}",
+            f"{row['cached_share']:.1%}",
+            f"${row['cost_usd']:.4f}",
+            f"${row['cost_without_cache_usd']:.4f}",
+            f"{row['savings']:.0%}",
+            of_max,
         )
     console.print(table)
 
@@ -665,7 +747,9 @@ def demo(
     home: str | None = _HOME_OPTION,
     framework: str = typer.Option("langchain", "--framework", "-f", help="langchain or llama-index."),
     model: str | None = typer.Option(
-        None, "--model", "-m",
+        None,
+        "--model",
+        "-m",
         help="A real chat model as provider:name (openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5); "
         "needs its API key. Default: the scripted offline model.",
     ),
@@ -679,8 +763,13 @@ def demo(
     if opts.home or os.environ.get("IRONMEM_HOME"):
         demo_home = _demo_home(opts.home)
     try:
-        run_demo(framework=framework, model=model, home=demo_home, console=None if as_json else _console(),
-                 as_json=as_json)
+        run_demo(
+            framework=framework,
+            model=model,
+            home=demo_home,
+            console=None if as_json else _console(),
+            as_json=as_json,
+        )
     except DemoError as exc:
         raise CLIError(str(exc)) from None
 

@@ -42,18 +42,18 @@ from .core.manager import MemoryManager
 from .core.provider import ToolSchema
 
 __all__ = [
-    "DemoError",
-    "DemoResult",
-    "DemoRequest",
-    "DemoTurn",
-    "SCRIPT",
     "MODEL_KEYS",
-    "run_demo",
-    "run_simulation",
+    "SCRIPT",
+    "DemoError",
+    "DemoRequest",
+    "DemoResult",
+    "DemoTurn",
     "parse_policy",
-    "simulate_requests",
     "print_demo",
     "print_token_report",
+    "run_demo",
+    "run_simulation",
+    "simulate_requests",
 ]
 
 FRAMEWORKS = ("langchain", "llama-index")
@@ -132,21 +132,44 @@ def _search_answer(view: View) -> str:
 #: The demo conversation: session 1 saves two facts and uses them in the next turn (live delta); session 2
 #: finds them in its frozen snapshot and searches the past session.
 SCRIPT: tuple[ScriptTurn, ...] = (
-    ScriptTurn(1, "Hi, I'm Ada. I maintain tidepool, our ocean-data API. It targets Python 3.12 and we deploy on "
-               "Fly.io.", (
-        ToolStep("memory", {"operations": [
-            {"action": "add", "target": "user", "content": "Name: Ada; maintains tidepool, an ocean-data API"},
-            {"action": "add", "target": "memory", "content": "tidepool targets Python 3.12 and deploys on Fly.io"},
-        ]}),
-        _answer("Nice to meet you, Ada. Saved: you maintain tidepool, which targets Python 3.12 on Fly.io."),
-    )),
+    ScriptTurn(
+        1,
+        "Hi, I'm Ada. I maintain tidepool, our ocean-data API. It targets Python 3.12 and we deploy on "
+        "Fly.io.",
+        (
+            ToolStep(
+                "memory",
+                {
+                    "operations": [
+                        {
+                            "action": "add",
+                            "target": "user",
+                            "content": "Name: Ada; maintains tidepool, an ocean-data API",
+                        },
+                        {
+                            "action": "add",
+                            "target": "memory",
+                            "content": "tidepool targets Python 3.12 and deploys on Fly.io",
+                        },
+                    ]
+                },
+            ),
+            _answer(
+                "Nice to meet you, Ada. Saved: you maintain tidepool, which targets Python 3.12 on Fly.io."
+            ),
+        ),
+    ),
     ScriptTurn(1, "Which Python version should the new CI image use?", (AnswerStep(_ci_answer),)),
     ScriptTurn(1, "Great, that's all for today.", (_answer("See you next time, Ada."),)),
     ScriptTurn(2, "I'm back. Remind me where tidepool deploys?", (AnswerStep(_deploy_answer),)),
-    ScriptTurn(2, "What did we decide about the CI image last time?", (
-        ToolStep("session_search", {"query": "CI image Python version"}),
-        AnswerStep(_search_answer),
-    )),
+    ScriptTurn(
+        2,
+        "What did we decide about the CI image last time?",
+        (
+            ToolStep("session_search", {"query": "CI image Python version"}),
+            AnswerStep(_search_answer),
+        ),
+    ),
 )
 
 
@@ -162,7 +185,7 @@ def _fence_in(text: str) -> str:
     if start < 0:
         return ""
     end = text.find(FENCE_CLOSE, start)
-    return text[start:end + len(FENCE_CLOSE)] if end >= 0 else text[start:]
+    return text[start : end + len(FENCE_CLOSE)] if end >= 0 else text[start:]
 
 
 @dataclass
@@ -199,8 +222,11 @@ class DemoRequest:
         from .core.replay import ChatRequest
 
         tools = tuple(
-            ToolSchema(t["function"]["name"], t["function"].get("description", ""),
-                       t["function"].get("parameters") or {"type": "object", "properties": {}})
+            ToolSchema(
+                t["function"]["name"],
+                t["function"].get("description", ""),
+                t["function"].get("parameters") or {"type": "object", "properties": {}},
+            )
             for t in self.tools
         )
         return ChatRequest(tools=tools, system=tuple(self.system_blocks), messages=tuple(self.messages))
@@ -233,8 +259,13 @@ class DemoTurn:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "session": self.session, "turn": self.turn, "user": self.user, "answer": self.answer,
-            "requests": self.requests, "recall_fenced": self.recall_fenced, "tool_calls": self.tool_calls,
+            "session": self.session,
+            "turn": self.turn,
+            "user": self.user,
+            "answer": self.answer,
+            "requests": self.requests,
+            "recall_fenced": self.recall_fenced,
+            "tool_calls": self.tool_calls,
         }
 
 
@@ -294,7 +325,9 @@ def _real_model(model: str) -> Any:
     provider, name = _parse_model(model)
     key = MODEL_KEYS[provider]
     if not os.environ.get(key):
-        raise DemoError(f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)")
+        raise DemoError(
+            f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)"
+        )
     try:
         from langchain.chat_models import init_chat_model
 
@@ -316,8 +349,10 @@ def _lc_message_dict(message: Any) -> dict[str, Any]:
     if isinstance(message, AIMessage):
         out: dict[str, Any] = {"role": "assistant", "content": message.text}
         if message.tool_calls:
-            out["tool_calls"] = [{"id": c.get("id") or "", "name": c["name"], "arguments": c.get("args", {})}
-                                 for c in message.tool_calls]
+            out["tool_calls"] = [
+                {"id": c.get("id") or "", "name": c["name"], "arguments": c.get("args", {})}
+                for c in message.tool_calls
+            ]
         return out
     if isinstance(message, ToolMessage):
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
@@ -344,7 +379,9 @@ def _lc_steps(turns: Sequence[ScriptTurn]) -> list[Any]:
         for step in turn.steps:
             if isinstance(step, ToolStep):
                 counter += 1
-                steps.append(ScriptedChatModel.tool_call(step.name, step.args, call_id=f"call_demo_{counter}"))
+                steps.append(
+                    ScriptedChatModel.tool_call(step.name, step.args, call_id=f"call_demo_{counter}")
+                )
             else:
                 reply = step.reply
 
@@ -357,8 +394,9 @@ def _lc_steps(turns: Sequence[ScriptTurn]) -> list[Any]:
     return steps
 
 
-def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
-                   chat_model: Any = None) -> tuple[list[DemoRequest], list[DemoTurn], Any]:
+def _run_langchain(
+    manager: MemoryManager, model: str | None, tag: str, chat_model: Any = None
+) -> tuple[list[DemoRequest], list[DemoTurn], Any]:
     from langchain.agents import create_agent
     from langchain.agents.middleware.types import AgentMiddleware
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -381,9 +419,13 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
         def _record(self, request: Any) -> DemoRequest:
             tools = [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools]
             record = DemoRequest(
-                number=len(requests) + 1, session=where["session"], turn=where["turn"], at=0.0,
+                number=len(requests) + 1,
+                session=where["session"],
+                turn=where["turn"],
+                at=0.0,
                 system_blocks=_lc_system_blocks(request.system_message),
-                messages=[_lc_message_dict(m) for m in request.messages], tools=tools,
+                messages=[_lc_message_dict(m) for m in request.messages],
+                tools=tools,
             )
             requests.append(record)
             return record
@@ -394,8 +436,9 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
             for message in messages:
                 if isinstance(message, AIMessage):
                     meter.add(message)
-                    record.reply_tool_calls = [{"name": c["name"], "args": c.get("args", {})}
-                                               for c in message.tool_calls]
+                    record.reply_tool_calls = [
+                        {"name": c["name"], "args": c.get("args", {})} for c in message.tool_calls
+                    ]
 
         def wrap_model_call(self, request: Any, handler: Any) -> Any:
             record = self._record(request)
@@ -413,8 +456,12 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
         def offline(**kwargs: Any) -> str:
             return json.dumps({"error": f"{schema.name} is not available in the offline demo"})
 
-        return StructuredTool(name=schema.name, description=schema.description,
-                              args_schema=dict(schema.parameters), func=offline)
+        return StructuredTool(
+            name=schema.name,
+            description=schema.description,
+            args_schema=dict(schema.parameters),
+            func=offline,
+        )
 
     real = model is not None or chat_model is not None
     if chat_model is None:
@@ -440,8 +487,10 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
         where["turn"] = turn_in_session[spec.session]
         thread_id = f"demo-{tag}-session-{spec.session}"
         first = len(requests)
-        state = agent.invoke({"messages": [HumanMessage(spec.user)]},
-                             {"configurable": {"thread_id": thread_id, "user_id": "ada"}})
+        state = agent.invoke(
+            {"messages": [HumanMessage(spec.user)]},
+            {"configurable": {"thread_id": thread_id, "user_id": "ada"}},
+        )
         turn = DemoTurn(spec.session, where["turn"], spec.user)
         turn.requests = [r.number for r in requests[first:]]
         turn.recall_fenced = requests[first].recall_fenced if len(requests) > first else ""
@@ -451,8 +500,13 @@ def _run_langchain(manager: MemoryManager, model: str | None, tag: str,
         for message in messages[start:]:
             if isinstance(message, AIMessage):
                 for call in message.tool_calls:
-                    turn.tool_calls.append({"name": call["name"], "args": call.get("args", {}),
-                                            "result": results.get(call.get("id") or "", "")})
+                    turn.tool_calls.append(
+                        {
+                            "name": call["name"],
+                            "args": call.get("args", {}),
+                            "result": results.get(call.get("id") or "", ""),
+                        }
+                    )
         answers = [m.text for m in messages[start:] if isinstance(m, AIMessage) and m.text.strip()]
         turn.answer = answers[-1] if answers else ""
         turns.append(turn)
@@ -497,8 +551,11 @@ def _li_message_dict(message: Any) -> dict[str, Any]:
             out["tool_calls"] = [_li_call(c) for c in calls]
         return out
     if role == "tool":
-        return {"role": "tool", "tool_call_id": str(message.additional_kwargs.get("tool_call_id", "")),
-                "content": text}
+        return {
+            "role": "tool",
+            "tool_call_id": str(message.additional_kwargs.get("tool_call_id", "")),
+            "content": text,
+        }
     return {"role": "user", "content": text}
 
 
@@ -529,10 +586,13 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
     def _offline(name: str) -> Callable[..., str]:
         def run(**kwargs: Any) -> str:
             return json.dumps({"error": f"{name} is not available in the offline demo"})
+
         return run
 
-    app_tools = [FunctionTool.from_defaults(fn=_offline(s.name), name=s.name, description=s.description)
-                 for s in APP_TOOLS]
+    app_tools = [
+        FunctionTool.from_defaults(fn=_offline(s.name), name=s.name, description=s.description)
+        for s in APP_TOOLS
+    ]
     requests: list[DemoRequest] = []
     turns: list[DemoTurn] = []
     turn_in_session: dict[int, int] = {}
@@ -556,18 +616,29 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
             turn = DemoTurn(spec.session, number, spec.user)
             async for event in handler.stream_events():
                 if isinstance(event, ToolCallResult):
-                    turn.tool_calls.append({"name": event.tool_name, "args": dict(event.tool_kwargs),
-                                            "result": str(event.tool_output.content)})
+                    turn.tool_calls.append(
+                        {
+                            "name": event.tool_name,
+                            "args": dict(event.tool_kwargs),
+                            "result": str(event.tool_output.content),
+                        }
+                    )
             response = await handler
             turn.answer = str(getattr(response, "response", response).content or "")
             for recorded in llm.requests[first:]:
                 system = [m for m in recorded.messages if _role_of(m) == "system"]
                 rest = [m for m in recorded.messages if _role_of(m) != "system"]
                 record = DemoRequest(
-                    number=len(requests) + 1, session=spec.session, turn=number, at=0.0,
-                    system_blocks=["\n".join(getattr(b, "text", "") for b in m.blocks if hasattr(b, "text"))
-                                   for m in system],
-                    messages=[_li_message_dict(m) for m in rest], tools=list(recorded.tools),
+                    number=len(requests) + 1,
+                    session=spec.session,
+                    turn=number,
+                    at=0.0,
+                    system_blocks=[
+                        "\n".join(getattr(b, "text", "") for b in m.blocks if hasattr(b, "text"))
+                        for m in system
+                    ],
+                    messages=[_li_message_dict(m) for m in rest],
+                    tools=list(recorded.tools),
                 )
                 requests.append(record)
                 turn.requests.append(record.number)
@@ -621,11 +692,14 @@ def parse_policy(spec: str) -> Any:
         raise DemoError(str(exc.args[0]) if exc.args else str(exc)) from None
     except ValueError as exc:
         raise DemoError(f"bad policy {spec!r}: {exc}") from None
-    raise DemoError(f"unknown cache policy {spec!r}; use openai, anthropic, gemini, deepseek or vllm (optionally :MODEL)")
+    raise DemoError(
+        f"unknown cache policy {spec!r}; use openai, anthropic, gemini, deepseek or vllm (optionally :MODEL)"
+    )
 
 
-def simulate_requests(requests: Sequence[DemoRequest], policies: Sequence[str] = DEMO_POLICIES,
-                      counter: Any = None) -> list[dict[str, Any]]:
+def simulate_requests(
+    requests: Sequence[DemoRequest], policies: Sequence[str] = DEMO_POLICIES, counter: Any = None
+) -> list[dict[str, Any]]:
     """Replay recorded requests (in each provider's prefix order) through the simulator, one row per policy."""
     from .core.cache import PrefixCacheSimulator
     from .core.replay import request_tokens
@@ -641,22 +715,31 @@ def simulate_requests(requests: Sequence[DemoRequest], policies: Sequence[str] =
         for request in requests:
             tokens = request_tokens(request.to_chat_request(), counter, provider)
             outcome = sim.request(tokens.tokens, at=request.at, breakpoints=tokens.breakpoints or None)
-            per_request.append({"number": request.number, "session": request.session, "tokens": len(tokens),
-                                "cached": outcome.cached_tokens, "written": outcome.cache_write_tokens})
+            per_request.append(
+                {
+                    "number": request.number,
+                    "session": request.session,
+                    "tokens": len(tokens),
+                    "cached": outcome.cached_tokens,
+                    "written": outcome.cache_write_tokens,
+                }
+            )
         s = sim.summary()
-        rows.append({
-            "policy": spec,
-            "describe": policy.describe(),
-            "requests": s.requests,
-            "input_tokens": s.input_tokens,
-            "cached_tokens": s.cached_tokens,
-            "cache_write_tokens": s.cache_write_tokens,
-            "cached_share": s.cached_share,
-            "cost_usd": s.cost_usd,
-            "cost_without_cache_usd": s.cost_without_cache_usd,
-            "savings": s.savings,
-            "per_request": per_request,
-        })
+        rows.append(
+            {
+                "policy": spec,
+                "describe": policy.describe(),
+                "requests": s.requests,
+                "input_tokens": s.input_tokens,
+                "cached_tokens": s.cached_tokens,
+                "cache_write_tokens": s.cache_write_tokens,
+                "cached_share": s.cached_share,
+                "cost_usd": s.cost_usd,
+                "cost_without_cache_usd": s.cost_without_cache_usd,
+                "savings": s.savings,
+                "per_request": per_request,
+            }
+        )
     return rows
 
 
@@ -687,7 +770,7 @@ def _check_framework(framework: str) -> None:
             extra = "langchain" if framework == "langchain" else "llama-index"
             other = "llama-index" if framework == "langchain" else "langchain"
             raise DemoError(
-                f"the {framework} demo needs {module.split('.')[0]}: pip install \"ironmem[{extra}]\" "
+                f'the {framework} demo needs {module.split(".")[0]}: pip install "ironmem[{extra}]" '
                 f"(or run --framework {other} if that one is installed)"
             )
 
@@ -718,7 +801,9 @@ def run_demo(
         _parse_model(model)
         key = MODEL_KEYS[_parse_model(model)[0]]
         if not os.environ.get(key):
-            raise DemoError(f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)")
+            raise DemoError(
+                f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)"
+            )
     counter = TokenCounter()
     started = time.perf_counter()
     tmp = None
@@ -739,7 +824,9 @@ def run_demo(
             _assign_times(requests)
             snapshots: dict[int, str] = {}
             for request in requests:
-                snapshots.setdefault(request.session, request.system_blocks[-1] if request.system_blocks else "")
+                snapshots.setdefault(
+                    request.session, request.system_blocks[-1] if request.system_blocks else ""
+                )
             report_session = manager.start_session(f"demo-{tag}-report", user_id="ada")
             report_session.prefetch(SCRIPT[-1].user)
             report = TokenReport.for_session(report_session, counter)
@@ -778,8 +865,11 @@ def print_demo(result: DemoResult, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    loop = ("LangChain create_agent + IronMemoryMiddleware" if result.framework == "langchain"
-            else "LlamaIndex FunctionAgent + IronMemory")
+    loop = (
+        "LangChain create_agent + IronMemoryMiddleware"
+        if result.framework == "langchain"
+        else "LlamaIndex FunctionAgent + IronMemory"
+    )
     console.print(Text(f"ironmem demo: {loop}, model: {result.model}", style="bold"))
     console.print(Text(f"memory home: {result.home}", style="dim"))
     by_number = {r.number: r for r in result.requests}
@@ -792,47 +882,84 @@ def print_demo(result: DemoResult, console: Any) -> None:
             console.print(Panel(Text(snapshot), title=title, title_align="left", border_style="cyan"))
         console.print(Text(f"[session {turn.session}, turn {turn.turn}] user: {turn.user}", style="bold"))
         if turn.recall_fenced:
-            console.print(Panel(Text(turn.recall_fenced), title="fenced recall sent before the user's text",
-                                title_align="left", border_style="magenta"))
+            console.print(
+                Panel(
+                    Text(turn.recall_fenced),
+                    title="fenced recall sent before the user's text",
+                    title_align="left",
+                    border_style="magenta",
+                )
+            )
         else:
             console.print(Text("  fenced recall: (nothing to recall)", style="dim"))
         for number in turn.requests:
             request = by_number[number]
             first = first_hash.setdefault(request.session, request.system_hash)
             same = "same as the session's first request" if request.system_hash == first else "CHANGED"
-            console.print(Text(f"  request {number}: system prompt sha256 {request.system_hash[:12]} ({same}), "
-                               f"{len(request.messages)} messages, {len(request.tools)} tools"))
+            console.print(
+                Text(
+                    f"  request {number}: system prompt sha256 {request.system_hash[:12]} ({same}), "
+                    f"{len(request.messages)} messages, {len(request.tools)} tools"
+                )
+            )
         for call in turn.tool_calls:
             label = "memory write" if call["name"] == "memory" else "tool call"
-            console.print(Text(f"  {label}: {call['name']}({json.dumps(call['args'], ensure_ascii=False)})",
-                               style="yellow"))
+            console.print(
+                Text(
+                    f"  {label}: {call['name']}({json.dumps(call['args'], ensure_ascii=False)})",
+                    style="yellow",
+                )
+            )
             console.print(Text(f"    -> {_clip(call['result'], 240)}", style="yellow"))
         console.print(Text(f"  assistant: {turn.answer}", style="green"))
 
     console.print(Rule("what stayed constant"))
     table = Table(title="system prompt per request", title_justify="left")
-    for column in ("request", "session", "turn", "system prompt sha256", "messages", "fence in last user msg"):
+    for column in (
+        "request",
+        "session",
+        "turn",
+        "system prompt sha256",
+        "messages",
+        "fence in last user msg",
+    ):
         table.add_column(column)
     for request in result.requests:
-        table.add_row(str(request.number), str(request.session), str(request.turn), request.system_hash[:16],
-                      str(len(request.messages)), "yes" if request.recall_fenced else "-")
+        table.add_row(
+            str(request.number),
+            str(request.session),
+            str(request.turn),
+            request.system_hash[:16],
+            str(len(request.messages)),
+            "yes" if request.recall_fenced else "-",
+        )
     console.print(table)
     for session in sorted(result.snapshots):
         hashes = set(result.hashes(session))
         verdict = "constant" if len(hashes) == 1 else f"{len(hashes)} different hashes"
-        console.print(Text(f"session {session}: {len(result.hashes(session))} requests, system prompt {verdict}"))
+        console.print(
+            Text(f"session {session}: {len(result.hashes(session))} requests, system prompt {verdict}")
+        )
 
     console.print(Rule("tokens"))
     if result.token_report is not None:
         print_token_report(result.token_report, console)
 
     console.print(Rule("prefix cache over the demo's recorded requests (simulated)"))
-    cache = Table(title=f"requests {REQUEST_GAP_S:g}s apart, sessions {SESSION_GAP_S:g}s apart", title_justify="left")
+    cache = Table(
+        title=f"requests {REQUEST_GAP_S:g}s apart, sessions {SESSION_GAP_S:g}s apart", title_justify="left"
+    )
     for column in ("policy", "input tokens", "cached", "cached share", "input cost", "without cache"):
         cache.add_column(column, justify="left" if column == "policy" else "right")
     for row in result.cache:
-        cache.add_row(row["policy"], f"{row['input_tokens']:,}", f"{row['cached_tokens']:,}",
-                      f"{row['cached_share']:.1%}", f"${row['cost_usd']:.5f}", f"${row['cost_without_cache_usd']:.5f}")
+        cache.add_row(
+            row["policy"],
+            f"{row['input_tokens']:,}",
+            f"{row['cached_tokens']:,}",
+            f"{row['cached_share']:.1%}",
+            f"${row['cost_usd']:.5f}",
+            f"${row['cost_without_cache_usd']:.5f}",
+        )
     console.print(cache)
     per = Table(title="cached tokens per request", title_justify="left")
     per.add_column("request")
@@ -842,16 +969,22 @@ def print_demo(result: DemoResult, console: Any) -> None:
         per.add_column(row["policy"], justify="right")
     for i, request in enumerate(result.requests):
         tokens = result.cache[0]["per_request"][i]["tokens"] if result.cache else 0
-        per.add_row(str(request.number), str(request.session), f"{tokens:,}",
-                    *[f"{row['per_request'][i]['cached']:,}" for row in result.cache])
+        per.add_row(
+            str(request.number),
+            str(request.session),
+            f"{tokens:,}",
+            *[f"{row['per_request'][i]['cached']:,}" for row in result.cache],
+        )
     console.print(per)
     if result.usage is not None:
         console.print(Rule(f"cached tokens reported by {result.model}"))
         u = result.usage
-        console.print(Text(
-            f"{u['requests']} responses with usage: {u['input_tokens']:,} input tokens, {u['cache_read']:,} read "
-            f"from cache ({u['cached_share']:.1%}), {u['cache_write']:,} written to cache"
-        ))
+        console.print(
+            Text(
+                f"{u['requests']} responses with usage: {u['input_tokens']:,} input tokens, {u['cache_read']:,} read "
+                f"from cache ({u['cached_share']:.1%}), {u['cache_write']:,} written to cache"
+            )
+        )
     console.print(Text(f"done in {result.seconds:.1f}s", style="dim"))
 
 
@@ -880,16 +1013,21 @@ def print_token_report(report: Any, console: Any) -> None:
     tools.add_column("Anthropic", justify="right")
     for t in report.tools:
         tools.add_row(t.name, t.provider, f"{t.openai:,}", f"{t.anthropic:,}")
-    tools.add_row(Text("tools array", style="bold"), "", f"{report.tools_openai:,}", f"{report.tools_anthropic:,}")
+    tools.add_row(
+        Text("tools array", style="bold"), "", f"{report.tools_openai:,}", f"{report.tools_anthropic:,}"
+    )
     console.print(tools)
     if report.what_if:
-        what_if = Table(title=f"if N external providers were allowed ({report.what_if_source})", title_justify="left")
+        what_if = Table(
+            title=f"if N external providers were allowed ({report.what_if_source})", title_justify="left"
+        )
         for column in ("N", "tools", "OpenAI", "Anthropic", "rule 1"):
             what_if.add_column(column, justify="right" if column != "rule 1" else "left")
         for row in report.what_if:
             verdict = Text("allowed", style="green") if row.allowed else Text("refused", style="red")
-            what_if.add_row(str(row.external_providers), str(row.tools), f"{row.openai:,}", f"{row.anthropic:,}",
-                            verdict)
+            what_if.add_row(
+                str(row.external_providers), str(row.tools), f"{row.openai:,}", f"{row.anthropic:,}", verdict
+            )
         console.print(what_if)
     elif report.what_if_source:
         console.print(Text(f"what-if table: {report.what_if_source}", style="dim"))
@@ -927,23 +1065,30 @@ def run_simulation(
     def work(advance: Callable[[], None]) -> None:
         for spec, _ in parsed:
             for strategy in chosen:
-                result = replay(script, lambda spec=spec: parse_policy(spec), counter, strategies=[strategy])[strategy]
-                rows.append({
-                    "policy": spec,
-                    "describe": result.policy,
-                    "strategy": strategy,
-                    "requests": result.requests,
-                    "input_tokens": result.input_tokens,
-                    "cached_tokens": result.cached_tokens,
-                    "cache_write_tokens": result.cache_write_tokens,
-                    "cached_share": result.cached_share,
-                    "cost_usd": result.cost_usd,
-                    "cost_without_cache_usd": result.cost_without_cache_usd,
-                    "savings": 1 - result.cost_usd / result.cost_without_cache_usd
-                    if result.cost_without_cache_usd else 0.0,
-                    "theoretical_cached_tokens": result.theoretical_cached_tokens,
-                    "of_theoretical_max": result.achieved_ratio if result.theoretical_cached_tokens else None,
-                })
+                result = replay(script, lambda spec=spec: parse_policy(spec), counter, strategies=[strategy])[
+                    strategy
+                ]
+                rows.append(
+                    {
+                        "policy": spec,
+                        "describe": result.policy,
+                        "strategy": strategy,
+                        "requests": result.requests,
+                        "input_tokens": result.input_tokens,
+                        "cached_tokens": result.cached_tokens,
+                        "cache_write_tokens": result.cache_write_tokens,
+                        "cached_share": result.cached_share,
+                        "cost_usd": result.cost_usd,
+                        "cost_without_cache_usd": result.cost_without_cache_usd,
+                        "savings": 1 - result.cost_usd / result.cost_without_cache_usd
+                        if result.cost_without_cache_usd
+                        else 0.0,
+                        "theoretical_cached_tokens": result.theoretical_cached_tokens,
+                        "of_theoretical_max": result.achieved_ratio
+                        if result.theoretical_cached_tokens
+                        else None,
+                    }
+                )
                 advance()
 
     if progress is None:
@@ -951,8 +1096,9 @@ def run_simulation(
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), console=progress,
-                      transient=True) as bar:
+        with Progress(
+            TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), console=progress, transient=True
+        ) as bar:
             task = bar.add_task("replay", total=len(parsed) * len(chosen))
             work(lambda: bar.advance(task))
     return rows

@@ -70,7 +70,7 @@ def parse_cells(text: str) -> list[tuple[str, str]]:
         while body and not body[-1].strip():
             body = body[:-1]
         if kind == "markdown":
-            body = [ln[2:] if ln.startswith("# ") else ln[1:] if ln.startswith("#") else ln for ln in body]
+            body = [ln[2:] if ln.startswith("# ") else ln.removeprefix("#") for ln in body]
         if body:
             out.append((kind, "\n".join(body)))
     return out
@@ -111,7 +111,9 @@ def kernelspec_for_this_python() -> Iterator[str]:
                 os.environ["JUPYTER_PATH"] = old
 
 
-def execute(nb: nbformat.NotebookNode, *, cwd: Path = HERE, timeout: int = CELL_TIMEOUT) -> nbformat.NotebookNode:
+def execute(
+    nb: nbformat.NotebookNode, *, cwd: Path = HERE, timeout: int = CELL_TIMEOUT
+) -> nbformat.NotebookNode:
     """Run ``nb`` top to bottom in a fresh kernel of this Python; raises ``CellExecutionError`` on any error."""
     from nbclient import NotebookClient
 

@@ -32,8 +32,12 @@ def _builder():
 build = _builder()
 SOURCES = build.sources()
 EXPECTED = [
-    "01_three_rules", "02_cache_behaviour", "03_tool_schema_budget",
-    "04_langchain_dropin", "05_llama_index_memory", "06_fence_and_scanner",
+    "01_three_rules",
+    "02_cache_behaviour",
+    "03_tool_schema_budget",
+    "04_langchain_dropin",
+    "05_llama_index_memory",
+    "06_fence_and_scanner",
 ]
 
 
@@ -46,9 +50,9 @@ def test_every_notebook_has_a_source_and_a_built_copy() -> None:
 def test_committed_notebook_matches_its_source_and_carries_outputs(source: Path) -> None:
     committed = nbformat.read(str(NOTEBOOKS / f"{source.stem}.ipynb"), as_version=4)
     fresh = build.build_notebook(source)
-    assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in fresh.cells], (
-        f"{source.stem}.ipynb is out of date: run `python notebooks/_build.py {source.stem[:2]}`"
-    )
+    assert [(c.cell_type, c.source) for c in committed.cells] == [
+        (c.cell_type, c.source) for c in fresh.cells
+    ], f"{source.stem}.ipynb is out of date: run `python notebooks/_build.py {source.stem[:2]}`"
     code = [c for c in committed.cells if c.cell_type == "code"]
     assert code and all(c.execution_count is not None for c in code), "saved without running every cell"
     outputs = [o for c in code for o in c.outputs]

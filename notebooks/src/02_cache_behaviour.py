@@ -21,7 +21,13 @@
 # %%
 import matplotlib.pyplot as plt
 
-from ironmem.core.cache import AnthropicPolicy, OpenAIPolicy, PrefixCacheSimulator, VLLMPolicy, theoretical_max_cached
+from ironmem.core.cache import (
+    AnthropicPolicy,
+    OpenAIPolicy,
+    PrefixCacheSimulator,
+    VLLMPolicy,
+    theoretical_max_cached,
+)
 from ironmem.core.replay import STRATEGIES, build_requests, record_session, replay, request_tokens
 from ironmem.core.tokens import TokenCounter
 
@@ -43,17 +49,23 @@ class CachedCounter(TokenCounter):
 counter = CachedCounter()
 TURNS, WRITE_EVERY = 50, 5
 script = record_session(turns=TURNS, write_every=WRITE_EVERY)
-print(f"{len(script.turns)} turns, {script.memory_writes} memory writes, "
-      f"snapshot {counter.count(script.snapshot)} tokens, "
-      f"{sum(1 for t in script.turns if t.recall_fenced)} turns with a fenced recall")
+print(
+    f"{len(script.turns)} turns, {script.memory_writes} memory writes, "
+    f"snapshot {counter.count(script.snapshot)} tokens, "
+    f"{sum(1 for t in script.turns if t.recall_fenced)} turns with a fenced recall"
+)
 
 POLICIES = {
     "OpenAI gpt-4.1": lambda: OpenAIPolicy(model="gpt-4.1"),
     "Anthropic claude-sonnet-4-5": lambda: AnthropicPolicy(model="claude-sonnet-4-5"),
     "vLLM (16-token blocks)": lambda: VLLMPolicy(block_size=16),
 }
-COLORS = {"frozen_replay": "tab:green", "frozen_ephemeral": "tab:olive",
-          "rewrite_every_turn": "tab:red", "no_memory": "tab:gray"}
+COLORS = {
+    "frozen_replay": "tab:green",
+    "frozen_ephemeral": "tab:olive",
+    "rewrite_every_turn": "tab:red",
+    "no_memory": "tab:gray",
+}
 
 # %% [markdown]
 # ## Replay every request
@@ -74,8 +86,17 @@ for label, make in POLICIES.items():
             outcome = sim.request(tok.tokens, at=at, breakpoints=tok.breakpoints or None)
             is_write = bool(request.messages[-1].get("role") == "tool")
             turn = sum(1 for m in request.messages if m["role"] == "user")
-            rows.append({"turn": turn, "at": at, "total": outcome.total_tokens, "cached": outcome.cached_tokens,
-                         "uncached": outcome.uncached_tokens, "cost": outcome.cost_usd, "tool_result": is_write})
+            rows.append(
+                {
+                    "turn": turn,
+                    "at": at,
+                    "total": outcome.total_tokens,
+                    "cached": outcome.cached_tokens,
+                    "uncached": outcome.uncached_tokens,
+                    "cost": outcome.cost_usd,
+                    "tool_result": is_write,
+                }
+            )
             seqs.append(tok.tokens)
         ceiling = theoretical_max_cached(seqs, policy)
         for row, c in zip(rows, ceiling):
@@ -85,7 +106,9 @@ for label, make in POLICIES.items():
 # The same numbers through the library's one-call API, as a cross-check:
 check = replay(script, POLICIES["OpenAI gpt-4.1"], counter, strategies=["frozen_replay"])["frozen_replay"]
 mine = runs[("OpenAI gpt-4.1", "frozen_replay")]
-assert check.cached_tokens == sum(r["cached"] for r in mine) and check.input_tokens == sum(r["total"] for r in mine)
+assert check.cached_tokens == sum(r["cached"] for r in mine) and check.input_tokens == sum(
+    r["total"] for r in mine
+)
 print("replay() agrees:", check.cached_tokens, "cached of", check.input_tokens, "input tokens")
 
 # %% [markdown]
@@ -106,12 +129,16 @@ for (label, strategy), rows in runs.items():
     summary[(label, strategy)] = (cached / total, cost)
     saved = f"{1 - cost / no_cache:>6.0%}" if no_cache else f"{'-':>6}"
     of_max = cached / ceiling if ceiling else 1.0
-    print(f"{label:<28} {strategy:<19} {len(rows):>8} {total:>10,} {cached / total:>7.1%} {of_max:>7.0%} "
-          f"{'$' + format(cost, '.4f'):>11} {saved}")
+    print(
+        f"{label:<28} {strategy:<19} {len(rows):>8} {total:>10,} {cached / total:>7.1%} {of_max:>7.0%} "
+        f"{'$' + format(cost, '.4f'):>11} {saved}"
+    )
 print()
 for label in POLICIES:
     frozen, rewrite = summary[(label, "frozen_replay")], summary[(label, "rewrite_every_turn")]
-    line = f"{label}: frozen_replay caches {frozen[0]:.1%} of input vs {rewrite[0]:.1%} for rewrite_every_turn"
+    line = (
+        f"{label}: frozen_replay caches {frozen[0]:.1%} of input vs {rewrite[0]:.1%} for rewrite_every_turn"
+    )
     if rewrite[1]:
         line += f"; input cost ${frozen[1]:.3f} vs ${rewrite[1]:.3f} ({frozen[1] / rewrite[1]:.2f}x)"
     print(line)
@@ -124,6 +151,7 @@ for label in POLICIES:
 # keeps growing through the writes; when the system prompt is rewritten every turn, each turn's cache stops at the
 # first changed byte - right after the tools for Anthropic, at the start for OpenAI and vLLM (system prompt first)
 # - so only the follow-up request of a write turn (same system prompt as its first request) gets a hit.
+
 
 # %%
 def per_turn(rows, key):
@@ -141,8 +169,12 @@ for (ax, ax_share), label in zip(axes, POLICIES):
         rows = runs[(label, strategy)]
         cached, total = per_turn(rows, "cached"), per_turn(rows, "total")
         ax.plot(turns_axis, cached, label=strategy, color=COLORS[strategy], linewidth=1.3)
-        ax_share.plot(turns_axis, [c / t if t else 0 for c, t in zip(cached, total)], color=COLORS[strategy],
-                      linewidth=1.3)
+        ax_share.plot(
+            turns_axis,
+            [c / t if t else 0 for c, t in zip(cached, total)],
+            color=COLORS[strategy],
+            linewidth=1.3,
+        )
     for w in write_turns:
         ax.axvline(w, color="black", alpha=0.15, linestyle="--")
         ax_share.axvline(w, color="black", alpha=0.15, linestyle="--")
@@ -203,10 +235,20 @@ for i in window:
 
 fig, ax = plt.subplots(figsize=(8, 3))
 xs = [i + 1 for i in window]
-ax.bar([x - 0.2 for x in xs], [frozen_rows[i]["cached"] / frozen_rows[i]["total"] for i in window], width=0.4,
-       color=COLORS["frozen_replay"], label="frozen_replay")
-ax.bar([x + 0.2 for x in xs], [rewrite_rows[i]["cached"] / rewrite_rows[i]["total"] for i in window], width=0.4,
-       color=COLORS["rewrite_every_turn"], label="rewrite_every_turn")
+ax.bar(
+    [x - 0.2 for x in xs],
+    [frozen_rows[i]["cached"] / frozen_rows[i]["total"] for i in window],
+    width=0.4,
+    color=COLORS["frozen_replay"],
+    label="frozen_replay",
+)
+ax.bar(
+    [x + 0.2 for x in xs],
+    [rewrite_rows[i]["cached"] / rewrite_rows[i]["total"] for i in window],
+    width=0.4,
+    color=COLORS["rewrite_every_turn"],
+    label="rewrite_every_turn",
+)
 ax.axvline(write_idx + 1, color="black", linestyle="--", alpha=0.4)
 ax.set_ylabel("cached share of the request")
 ax.set_xlabel("request")
@@ -227,12 +269,19 @@ plt.show()
 from ironmem.core.replay import ChatRequest
 
 new_snapshot = script.turns[-1].snapshot_now  # what a session starting after turn 50 would freeze
-first_old = ChatRequest(tuple(script.memory_tools) + tuple(script.app_tools), (script.base_system, script.snapshot),
-                        ({"role": "user", "content": "hello"},))
-first_new = ChatRequest(first_old.tools, (script.base_system, new_snapshot), ({"role": "user", "content": "hello"},))
+first_old = ChatRequest(
+    tuple(script.memory_tools) + tuple(script.app_tools),
+    (script.base_system, script.snapshot),
+    ({"role": "user", "content": "hello"},),
+)
+first_new = ChatRequest(
+    first_old.tools, (script.base_system, new_snapshot), ({"role": "user", "content": "hello"},)
+)
 for provider in ("openai", "anthropic"):
     a = request_tokens(first_old, counter, provider).tokens
     b = request_tokens(first_new, counter, provider).tokens
     shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    print(f"{provider:>9}: next session's first request {len(b):,} tokens, {shared:,} shared with the previous "
-          f"session's first request ({shared / len(b):.0%})")
+    print(
+        f"{provider:>9}: next session's first request {len(b):,} tokens, {shared:,} shared with the previous "
+        f"session's first request ({shared / len(b):.0%})"
+    )

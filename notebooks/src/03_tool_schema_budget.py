@@ -12,14 +12,13 @@
 
 # %%
 import json
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from ironmem import MemoryManager, ToolSchema
 from ironmem.core.config import provider_class
-from ironmem.core.fence import fence_overhead_text
 from ironmem.core.tokens import TokenCounter, TokenReport
 
 counter = TokenCounter("o200k_base")
@@ -53,8 +52,10 @@ for target, entries, limit in (("memory", filler_memory, 2200), ("user", filler_
         ops.append({"action": "add", "target": target, "content": e})
 assert json.loads(session.handle_tool_call("memory", {"operations": ops}))["success"]
 full = manager.start_session("budget-full")
-print(f"snapshot with both files near their limits ({len(full.system_prompt_block()):,} chars): "
-      f"{counter.count(full.system_prompt_block())} tokens")
+print(
+    f"snapshot with both files near their limits ({len(full.system_prompt_block()):,} chars): "
+    f"{counter.count(full.system_prompt_block())} tokens"
+)
 
 # %% [markdown]
 # ## 2. If rule 1 were dropped
@@ -81,12 +82,19 @@ try:
     from langmem import create_manage_memory_tool, create_search_memory_tool
 
     langmem_tools = []
-    for tool in (create_manage_memory_tool(namespace=("memories",)), create_search_memory_tool(namespace=("memories",))):
+    for tool in (
+        create_manage_memory_tool(namespace=("memories",)),
+        create_search_memory_tool(namespace=("memories",)),
+    ):
         fn = convert_to_openai_tool(tool)["function"]
-        langmem_tools.append(ToolSchema(fn["name"], fn.get("description", ""), fn["parameters"], provider="langmem"))
-    peer_kits["LangMem (manage + search)"] = (langmem_tools, "measured",
-                                              f"langmem {version('langmem')} installed here; create_manage_memory_tool"
-                                              " and create_search_memory_tool, via convert_to_openai_tool")
+        langmem_tools.append(
+            ToolSchema(fn["name"], fn.get("description", ""), fn["parameters"], provider="langmem")
+        )
+    source = (
+        f"langmem {version('langmem')} installed here; create_manage_memory_tool and "
+        "create_search_memory_tool, via convert_to_openai_tool"
+    )
+    peer_kits["LangMem (manage + search)"] = (langmem_tools, "measured", source)
 except ImportError:
     print("langmem is not installed: `pip install langmem` to measure its tools (skipped)")
 
@@ -102,18 +110,26 @@ what_if = TokenReport.for_session(session, counter, what_if=stack)
 print(f"{'N':>2}  {'tools':>5}  {'OpenAI':>7}  {'Anthropic':>9}  rule 1    added provider")
 for row, added in zip(what_if.what_if, ["(built-in only)", *stack_names]):
     verdict = "allowed" if row.allowed else "refused"
-    print(f"{row.external_providers:>2}  {row.tools:>5}  {row.openai:>7,}  {row.anthropic:>9,}  {verdict:<8}  {added}")
+    print(
+        f"{row.external_providers:>2}  {row.tools:>5}  {row.openai:>7,}  {row.anthropic:>9,}  {verdict:<8}  {added}"
+    )
 
 # What that costs: the extra tool tokens times 1,000 requests at gpt-4.1's input price ($2.00/MTok; $0.50 cached).
 base = what_if.what_if[1].openai
 for row in what_if.what_if[2:]:
     extra = row.openai - base
-    print(f"N={row.external_providers}: +{extra:,} tokens per request over rule 1's maximum = "
-          f"${extra * 1000 * 2.00 / 1e6:.2f} per 1,000 requests uncached, ${extra * 1000 * 0.50 / 1e6:.2f} cached")
+    print(
+        f"N={row.external_providers}: +{extra:,} tokens per request over rule 1's maximum = "
+        f"${extra * 1000 * 2.00 / 1e6:.2f} per 1,000 requests uncached, ${extra * 1000 * 0.50 / 1e6:.2f} cached"
+    )
 
 fig, ax = plt.subplots(figsize=(7, 3.5))
 ns = [r.external_providers for r in what_if.what_if]
-ax.bar(ns, [r.openai for r in what_if.what_if], color=["tab:green" if r.allowed else "tab:red" for r in what_if.what_if])
+ax.bar(
+    ns,
+    [r.openai for r in what_if.what_if],
+    color=["tab:green" if r.allowed else "tab:red" for r in what_if.what_if],
+)
 for r in what_if.what_if:
     ax.text(r.external_providers, r.openai + 20, f"{r.openai:,}\n({r.tools} tools)", ha="center", fontsize=8)
 ax.set_xlabel("external providers beside the built-in one")
@@ -138,8 +154,16 @@ kits.update(peer_kits)
 
 rows = []
 for name, (schemas, status, source) in kits.items():
-    rows.append((name, len(schemas), counter.count_tools(schemas, "openai"), counter.count_tools(schemas, "anthropic"),
-                 status, source))
+    rows.append(
+        (
+            name,
+            len(schemas),
+            counter.count_tools(schemas, "openai"),
+            counter.count_tools(schemas, "anthropic"),
+            status,
+            source,
+        )
+    )
 print(f"{'kit':<45} {'tools':>5} {'OpenAI':>7} {'Anthropic':>9}  status")
 for name, n, o, a, status, _ in rows:
     print(f"{name:<45} {n:>5} {o:>7,} {a:>9,}  {status}")
@@ -149,7 +173,9 @@ for name, *_, status, source in rows:
 
 fig, ax = plt.subplots(figsize=(9, 3.8))
 ys = range(len(rows))
-bars = ax.barh(list(ys), [r[2] for r in rows], color=["tab:blue" if r[4] == "measured" else "tab:orange" for r in rows])
+bars = ax.barh(
+    list(ys), [r[2] for r in rows], color=["tab:blue" if r[4] == "measured" else "tab:orange" for r in rows]
+)
 for bar, r in zip(bars, rows):
     if r[4] != "measured":
         bar.set_hatch("//")

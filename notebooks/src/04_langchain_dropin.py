@@ -43,31 +43,42 @@ def get_weather(city: str) -> str:
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
+
 # %% [markdown]
 # ## An agent with memory
 #
 # The script: on the first turn the model saves two facts with the `memory` tool; later turns just answer.
 
 # %%
-model = ScriptedChatModel([
-    ScriptedChatModel.tool_call("memory", {"operations": [
-        {"action": "add", "target": "user", "content": "Name: Ada; lives in Lisbon"},
-        {"action": "add", "target": "user", "content": "Prefers trains over flights"},
-    ]}),
-    "Nice to meet you, Ada! I'll remember that.",
-    "Porto is 3 hours away by train.",
-    "Any time!",
-    # thread 2
-    "Welcome back, Ada. From Lisbon, the train to Porto is the easy option.",
-])
+model = ScriptedChatModel(
+    [
+        ScriptedChatModel.tool_call(
+            "memory",
+            {
+                "operations": [
+                    {"action": "add", "target": "user", "content": "Name: Ada; lives in Lisbon"},
+                    {"action": "add", "target": "user", "content": "Prefers trains over flights"},
+                ]
+            },
+        ),
+        "Nice to meet you, Ada! I'll remember that.",
+        "Porto is 3 hours away by train.",
+        "Any time!",
+        # thread 2
+        "Welcome back, Ada. From Lisbon, the train to Porto is the easy option.",
+    ]
+)
 memory = IronMemoryMiddleware(manager)
-agent = create_agent(model, tools=[get_weather], system_prompt="You are a helpful travel assistant.",
-                     middleware=[memory], checkpointer=InMemorySaver())
+agent = create_agent(
+    model,
+    tools=[get_weather],
+    system_prompt="You are a helpful travel assistant.",
+    middleware=[memory],
+    checkpointer=InMemorySaver(),
+)
 
 thread1 = {"configurable": {"thread_id": "trip-1", "user_id": "ada"}}
-for text in ("Hi, I'm Ada from Lisbon. I always take trains, never planes.",
-             "How far is Porto?",
-             "Thanks!"):
+for text in ("Hi, I'm Ada from Lisbon. I always take trains, never planes.", "How far is Porto?", "Thanks!"):
     state = agent.invoke({"messages": [HumanMessage(text)]}, thread1)
     print(f"user: {text}\nassistant: {state['messages'][-1].text}\n")
 
@@ -83,13 +94,17 @@ for i, request in enumerate(model.requests, start=1):
     system = request.messages[0]
     blocks = [b["text"] if isinstance(b, dict) else b for b in system.content]
     last_user = [m for m in request.messages if isinstance(m, HumanMessage)][-1]
-    print(f"request {i}: system sha256 {sha(system.text)} ({len(blocks)} blocks), tools {request.tool_names}, "
-          f"fence in the latest user message: {FENCE_OPEN in last_user.text}")
+    print(
+        f"request {i}: system sha256 {sha(system.text)} ({len(blocks)} blocks), tools {request.tool_names}, "
+        f"fence in the latest user message: {FENCE_OPEN in last_user.text}"
+    )
 print()
 print("system block 2 (the frozen snapshot):\n" + blocks[-1])
 print()
-print("latest user message of request 3, as sent:\n" + [m for m in model.requests[2].messages
-                                                          if isinstance(m, HumanMessage)][-1].text)
+print(
+    "latest user message of request 3, as sent:\n"
+    + [m for m in model.requests[2].messages if isinstance(m, HumanMessage)][-1].text
+)
 
 # %% [markdown]
 # ## What was stored
@@ -109,10 +124,17 @@ print("stored first user message:", stored[0].text)
 
 # %%
 before = len(model.requests)
-state = agent.invoke({"messages": [HumanMessage("Where could I go this weekend?")]},
-                     {"configurable": {"thread_id": "trip-2", "user_id": "ada"}})
+state = agent.invoke(
+    {"messages": [HumanMessage("Where could I go this weekend?")]},
+    {"configurable": {"thread_id": "trip-2", "user_id": "ada"}},
+)
 request = model.requests[before]
-print("thread 2 system sha256:", sha(request.messages[0].text), "(thread 1:", sha(model.requests[0].messages[0].text) + ")")
+print(
+    "thread 2 system sha256:",
+    sha(request.messages[0].text),
+    "(thread 1:",
+    sha(model.requests[0].messages[0].text) + ")",
+)
 print(request.messages[0].content[-1]["text"])
 print("\nassistant:", state["messages"][-1].text)
 
@@ -124,21 +146,35 @@ print("\nassistant:", state["messages"][-1].text)
 # `recall="ephemeral"` old fences are dropped: fewer tokens, but the prefix breaks at the first user message that
 # had a fence. The plot shows, per request, how many tokens it shares with the request before it.
 
+
 # %%
 def run(recall: str) -> list:
     m = MemoryManager(home=tempfile.mkdtemp(prefix=f"ironmem-{recall}-"))
     seed = m.start_session("seed", user_id="ada")
-    seed.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Name: Ada; lives in Lisbon"})
-    for q, a in [("Trains from Lisbon to Porto?", "About 3 hours, hourly."),
-                 ("Best time to visit Porto?", "May to September."),
-                 ("Hotels near Porto's Sao Bento station?", "Several, from 80 EUR a night.")]:
+    seed.handle_tool_call(
+        "memory", {"action": "add", "target": "user", "content": "Name: Ada; lives in Lisbon"}
+    )
+    for q, a in [
+        ("Trains from Lisbon to Porto?", "About 3 hours, hourly."),
+        ("Best time to visit Porto?", "May to September."),
+        ("Hotels near Porto's Sao Bento station?", "Several, from 80 EUR a night."),
+    ]:
         seed.sync_turn(q, a)
     seed.end()
     model = ScriptedChatModel(["Sure."], repeat_last=True)
-    agent = create_agent(model, system_prompt="You are a helpful travel assistant.",
-                         middleware=[IronMemoryMiddleware(m, recall=recall)], checkpointer=InMemorySaver())
+    agent = create_agent(
+        model,
+        system_prompt="You are a helpful travel assistant.",
+        middleware=[IronMemoryMiddleware(m, recall=recall)],
+        checkpointer=InMemorySaver(),
+    )
     cfg = {"configurable": {"thread_id": "t", "user_id": "ada"}}
-    for text in ("Trains to Porto again?", "When is Porto nicest?", "And a hotel near the station?", "Thanks!"):
+    for text in (
+        "Trains to Porto again?",
+        "When is Porto nicest?",
+        "And a hotel near the station?",
+        "Thanks!",
+    ):
         agent.invoke({"messages": [HumanMessage(text)]}, cfg)
     m.close()
     return model.requests
@@ -171,7 +207,7 @@ for ax, recall in zip(axes, ("replay", "ephemeral")):
     ax.bar(xs, [t - s for t, s in zip(totals, shared)], bottom=shared, color="tab:gray", label="new")
     ax.set_title(f'recall="{recall}"')
     ax.set_xlabel("request")
-    print(f'{recall:>9}: tokens per request {totals}, shared prefix {shared}')
+    print(f"{recall:>9}: tokens per request {totals}, shared prefix {shared}")
 axes[0].set_ylabel("tokens (system + messages)")
 axes[0].legend(fontsize=8)
 plt.tight_layout()
@@ -202,10 +238,15 @@ class PayloadOnlyAnthropic(ChatAnthropic):
 
 
 claude = PayloadOnlyAnthropic(model="claude-sonnet-4-5", api_key="offline-no-calls", max_retries=0)
-cached_agent = create_agent(claude, system_prompt="You are a helpful travel assistant.",
-                            middleware=[IronMemoryMiddleware(manager), AnthropicPromptCachingMiddleware(ttl="5m")])
-cached_agent.invoke({"messages": [HumanMessage("Any night trains from Lisbon?")]},
-                    {"configurable": {"thread_id": "trip-3", "user_id": "ada"}})
+cached_agent = create_agent(
+    claude,
+    system_prompt="You are a helpful travel assistant.",
+    middleware=[IronMemoryMiddleware(manager), AnthropicPromptCachingMiddleware(ttl="5m")],
+)
+cached_agent.invoke(
+    {"messages": [HumanMessage("Any night trains from Lisbon?")]},
+    {"configurable": {"thread_id": "trip-3", "user_id": "ada"}},
+)
 payload = claude._sent[0]
 for i, block in enumerate(payload["system"]):
     print(f"system block {i}: {len(block['text'])} chars, cache_control={block.get('cache_control')}")
@@ -216,10 +257,17 @@ print("tools:", [t["name"] for t in payload["tools"]])
 
 # %%
 amodel = ScriptedChatModel(["Lisbon to Madrid: about 10 hours by night train."])
-aagent = create_agent(amodel, system_prompt="You are a helpful travel assistant.",
-                      middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
-result = await aagent.ainvoke({"messages": [HumanMessage("Night train to Madrid?")]},
-                              {"configurable": {"thread_id": "trip-4", "user_id": "ada"}})
+aagent = create_agent(
+    amodel,
+    system_prompt="You are a helpful travel assistant.",
+    middleware=[IronMemoryMiddleware(manager)],
+    checkpointer=InMemorySaver(),
+)
+run = aagent.ainvoke(
+    {"messages": [HumanMessage("Night train to Madrid?")]},
+    {"configurable": {"thread_id": "trip-4", "user_id": "ada"}},
+)
+result = await run  # noqa: F704, PLE1142 - top-level await in a notebook cell
 print(result["messages"][-1].text, "| via:", amodel.requests[0].via)
 memory.close()
 manager.close()

@@ -48,21 +48,30 @@ weather = FunctionTool.from_defaults(fn=get_weather, description="Current weathe
 # On the first turn the scripted model saves a fact with the `memory` tool, then answers.
 
 # %%
-llm = ScriptedFunctionCallingLLM([
-    ScriptedToolCall("memory", {"action": "add", "target": "user", "content": "Name: Ada; vegetarian; lives in Lisbon"},
-                     "call_1"),
-    "Nice to meet you, Ada. Noted.",
-    ScriptedToolCall("get_weather", {"city": "Lisbon"}, "call_2"),
-    "It's sunny in Lisbon - a good day for a walk to a vegetarian lunch place.",
-    "Enjoy!",
-])
+llm = ScriptedFunctionCallingLLM(
+    [
+        ScriptedToolCall(
+            "memory",
+            {"action": "add", "target": "user", "content": "Name: Ada; vegetarian; lives in Lisbon"},
+            "call_1",
+        ),
+        "Nice to meet you, Ada. Noted.",
+        ScriptedToolCall("get_weather", {"city": "Lisbon"}, "call_2"),
+        "It's sunny in Lisbon - a good day for a walk to a vegetarian lunch place.",
+        "Enjoy!",
+    ]
+)
 memory = IronMemory.from_defaults(manager=manager, session_id="chat-1", user_id="ada")
-agent = FunctionAgent(tools=memory.tools() + [weather], llm=llm, system_prompt="You are a helpful local guide.")
+agent = FunctionAgent(
+    tools=memory.tools() + [weather], llm=llm, system_prompt="You are a helpful local guide."
+)
 
-for text in ("Hi, I'm Ada. I'm vegetarian and live in Lisbon.",
-             "What's the weather like today, and where should I eat?",
-             "Thanks!"):
-    response = await agent.run(text, memory=memory)
+for text in (
+    "Hi, I'm Ada. I'm vegetarian and live in Lisbon.",
+    "What's the weather like today, and where should I eat?",
+    "Thanks!",
+):
+    response = await agent.run(text, memory=memory)  # noqa: F704, PLE1142 - top-level await in a notebook cell
     print(f"user: {text}\nassistant: {response}\n")
 
 # %% [markdown]
@@ -82,11 +91,15 @@ def sha(text: str) -> str:
 for i, request in enumerate(llm.requests, start=1):
     system = "\n".join(request.texts("system"))
     users = request.texts("user")
-    print(f"request {i}: system sha256 {sha(system)}, {len(request.messages)} messages, tools {request.tool_names}, "
-          f"fence in latest user message: {FENCE_OPEN in users[-1]}")
+    print(
+        f"request {i}: system sha256 {sha(system)}, {len(request.messages)} messages, tools {request.tool_names}, "
+        f"fence in latest user message: {FENCE_OPEN in users[-1]}"
+    )
 print("\nlatest user message of request 3:\n" + llm.requests[2].texts("user")[-1])
 session = memory.session
-print(f"\nuser turns: 3, model requests: {len(llm.requests)}, prefetches (recall computations): {session.prefetch_count}")
+print(
+    f"\nuser turns: 3, model requests: {len(llm.requests)}, prefetches (recall computations): {session.prefetch_count}"
+)
 
 # %% [markdown]
 # ## What was stored
@@ -113,7 +126,9 @@ for request in llm.requests:
     fences = 0
     for t in texts:
         if FENCE_OPEN in t:
-            fences += counter.count(t[t.index(FENCE_OPEN):t.index("</memory-context>") + len("</memory-context>")])
+            fences += counter.count(
+                t[t.index(FENCE_OPEN) : t.index("</memory-context>") + len("</memory-context>")]
+            )
     total = sum(counter.count(t) for t in texts)
     snap_tokens.append(snapshot)
     fence_tokens.append(fences)
@@ -122,8 +137,13 @@ xs = range(1, len(llm.requests) + 1)
 fig, ax = plt.subplots(figsize=(7, 3.2))
 ax.bar(xs, snap_tokens, label="frozen snapshot", color="tab:cyan")
 ax.bar(xs, fence_tokens, bottom=snap_tokens, label="fenced recall", color="tab:purple")
-ax.bar(xs, other_tokens, bottom=[a + b for a, b in zip(snap_tokens, fence_tokens)], label="prompt + history",
-       color="tab:gray")
+ax.bar(
+    xs,
+    other_tokens,
+    bottom=[a + b for a, b in zip(snap_tokens, fence_tokens)],
+    label="prompt + history",
+    color="tab:gray",
+)
 ax.set_xlabel("LLM request")
 ax.set_ylabel("tokens (messages only)")
 ax.legend(fontsize=8)
