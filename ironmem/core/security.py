@@ -1378,6 +1378,55 @@ _rule(
     r"(?:openai|anthropic|them|the\s+developers|your\s+creators|ai)",
 )
 
+_rule(
+    "rh.not-follow",
+    "role_hijack",
+    1,
+    _words("rules guidelines policies policy restrictions ethics morals laws principles filters guardrails"),
+    pre=r"\b(?:does\s+not|doesn't|do\s+not|don't|never|will\s+not|won't|no\s+longer|not|cannot)\s+(?:have\s+to\s+|"
+    r"need\s+to\s+|needs\s+to\s+)?(?:follow|abide\s+by|adhere\s+to|obey|respect|comply\s+with|care\s+about|"
+    r"be\s+bound\s+by|worry\s+about)\s+(?:any\s+|the\s+|its\s+|their\s+|your\s+|openai's\s+|human\s+)?(?:\w+\s+){0,2}?",
+)
+_rule(
+    "rh.vendor-insider",
+    "role_hijack",
+    2,
+    _words("openai anthropic google meta microsoft deepmind"),
+    pre=r"\bi\s+(?:am|work)\s+(?:a\s+|an\s+|the\s+)?(?:\w+\s+)?(?:developer|programmer|engineer|employee|admin|"
+    r"administrator|researcher|staff\s+member|member\s+of\s+staff)?\s*(?:at|from|for|of|with)\s+",
+)
+_rule(
+    "rh.safe-framing",
+    "role_hijack",
+    1,
+    _words("fictional hypothetical purposes environment context sandbox simulation"),
+    pre=r"\b(?:this|it)\s+is\s+(?:just\s+|only\s+|purely\s+)?(?:a\s+|an\s+)?(?:safe\s+|purely\s+|completely\s+)?"
+    r"(?:\w+\s+){0,2}?(?:for\s+(?:research|educational|testing)\s+)?",
+)
+_rule(
+    "rh.multi-persona",
+    "role_hijack",
+    1,
+    _words("personas characters personalities entities ais bots versions"),
+    pre=r"\b(?:two|2|three|3|both|multiple)\s+(?:different\s+|separate\s+|distinct\s+)?",
+)
+_rule(
+    "rh.name-is",
+    "role_hijack",
+    1,
+    _words("name role persona character identity"),
+    r"\s+(?:is|will\s+be|shall\s+be)\b",
+    pre=r"\byour\s+(?:new\s+|real\s+|true\s+)?",
+)
+_rule(
+    "io.follow-note",
+    "instruction_override",
+    2,
+    _words("note message text document comment"),
+    r"\s+(?:instead|only|exactly|above\s+all|over\s+the\s+user)\b",
+    pre=r"\b(?:follow|obey|execute)\s+(?:the\s+instructions\s+in\s+|what\s+is\s+in\s+)?(?:this|the\s+following)\s+",
+)
+
 # ---------------------------------------------------------------- system prompt extraction
 _EXTRACT_PRE = (
     r"\b(?:reveal|show|print|output|repeat|display|tell|give|share|leak|dump|return|echo|list|spell|"
@@ -1532,6 +1581,29 @@ _rule(
     1,
     _words("reset cleared wiped"),
     pre=r"\b(?:settings|configuration|config|role)\s+(?:have\s+been\s+|has\s+been\s+|were\s+)?",
+)
+
+_rule(
+    "pe.how-configured",
+    "prompt_extraction",
+    2,
+    _words("configured programmed instructed prompted initialized initialised"),
+    pre=r"\bhow\s+(?:were|are|have)\s+you\s+(?:been\s+)?(?:originally\s+|initially\s+)?",
+)
+_rule(
+    "pe.written-above",
+    "prompt_extraction",
+    2,
+    _words("above before earlier"),
+    pre=r"\bwhat\s+(?:is|was|were|did)\s+(?:written|said|stated|typed|given|it\s+say|they\s+say)\s+",
+)
+_rule(
+    "pe.what-rules",
+    "prompt_extraction",
+    2,
+    _words("you"),
+    r"\s+(?:follow|have|obey|operate\s+under|were\s+given|must\s+follow)\b",
+    pre=r"\bwhat\s+(?:rules|instructions|guidelines|constraints|directives|restrictions)\s+(?:do|did|must|were|are)\s+",
 )
 
 # ---------------------------------------------------------------- exfiltration
