@@ -710,7 +710,7 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
         "input tokens",
         "cached",
         "cost",
-        "no-cache cost",
+        "no cache",
         "saved",
         "of max",
     ):
