@@ -852,6 +852,7 @@ _search_rule(
     ["user:", "user :", "human:", "human :"],
     r"\b(?:user|human)\s*:\s*(?:thanks|thank\s+you|next|now|great|ok|okay|please|could\s+you|can\s+you|"
     r"there\s+are)\b",
+    word_gates=["user", "human"],
 )
 _rule(
     "io.forget-everything",
@@ -885,6 +886,7 @@ _search_rule(
     1,
     ["SYSTEM", "ADMIN"],
     r"(?<![A-Za-z])(?:SYSTEM|ADMIN)(?:\s+(?:MESSAGE|NOTE|PROMPT|OVERRIDE))?\s*:\s*\S",
+    word_gates=["system", "admin"],
 )
 _rule(
     "io.repeat-following",
@@ -1242,6 +1244,7 @@ _search_rule(
     2,
     ["🔓", "🔒", "jailbreak]", "classic]", "normal output", "mode output"],
     r"🔓|🔒|\[\s*(?:jailbreak|classic)\s*\]|\(\s*(?:normal|developer\s+mode)\s+output\s*\)",
+    word_gates=["jailbreak", "classic", "normal", "mode", "output"],
 )
 _rule(
     "rh.harmful-ok",
@@ -1686,6 +1689,7 @@ _search_rule(
     ["<img", "<image"],
     r"<\s*img\b[^>]{0,300}?src\s*=\s*[\"']?(?:https?:)?//[^\"'\s>]*[?&][^\"'\s>]*(?:\{|\[|\$|%7b|"
     r"[A-Z_]{4,})",
+    word_gates=["img", "image"],
 )
 _PLACEHOLDER_SENSITIVE = (
     r"[\w\s.-]{0,30}?(?:conversation|chat|history|messages?|summary|data|info|memory|context|"
@@ -1727,6 +1731,7 @@ _search_rule(
     2,
     ["cookie", "sendbeacon", "localstorage", "new image"],
     r"document\.cookie|navigator\.sendbeacon|localstorage\.getitem|new\s+image\(\)\.src",
+    word_gates=["cookie", "sendbeacon", "localstorage", "image"],
 )
 _EXFIL_HOSTS = (
     r"(?:webhook\.site|requestbin|pipedream|ngrok|burpcollaborator|interact\.sh|oast\.\w+|"
@@ -1803,6 +1808,9 @@ _search_rule(
     ["]"],
     r"\[\w{1,20}\]\s+(?:is|are|=|contains|means|should\s+be|will\s+be)\s+" + _S + r"{0,80}?(?:previous\s+"
     r"message|conversation|summary|history|email|password|secret|code|numbers|data|info|messages|name)",
+    word_gates=_words(
+        "previous conversation summary history email password secret code numbers data info messages name"
+    ),
 )
 _search_rule(
     "ex.param-followed",
@@ -1954,6 +1962,7 @@ _search_rule(
     2,
     ["authorized_keys"],
     r">>?\s*\S*authorized_keys|ssh-(?:rsa|ed25519|ecdsa|dss)\s+aaaa[^\n]{0,600}authorized_keys",
+    word_gates=["authorized"],
 )
 _rule(
     "ps.agent-config",
@@ -1975,6 +1984,7 @@ _search_rule(
     [">"],
     r">>?\s*\S*(?:agents\.md|claude\.md|gemini\.md|\.cursorrules|\.clinerules|\.windsurfrules|"
     r"copilot-instructions\.md|soul\.md)",
+    word_gates=_words("agents claude gemini cursorrules clinerules windsurfrules copilot soul"),
 )
 _rule(
     "ps.permanent",
