@@ -601,6 +601,9 @@ def _words(s: str) -> list[str]:
     return s.split()
 
 
+_W3 = r"(?:[^\s,.;:]+\s+){0,3}?"  # up to three words, none ending a clause
+
+
 def _g(n: int) -> str:
     """Up to ``n`` whitespace-separated tokens (lazy), each followed by whitespace."""
     return rf"(?:\S+\s+){{0,{n}}}?"
@@ -611,8 +614,7 @@ _S = r"[^.!?\n]"
 
 # ---------------------------------------------------------------- instruction override
 _OVERRIDE_VERBS = _words(
-    "ignore ignoring disregard disregarding forget forgetting neglect skip discard dismiss abandon overlook "
-    "override overriding bypass"
+    "ignore ignoring disregard disregarding forget forgetting neglect skip discard dismiss abandon overlook"
 ) + [
     "set aside",
     "throw out",
@@ -644,7 +646,24 @@ _rule(
     "instruction_override",
     2,
     _OVERRIDE_VERBS,
-    rf"\W+{_g(3)}{_DETERMINERS}\W+{_g(3)}{_INSTRUCTION_NOUNS}",
+    rf"[\s\"'“‘:]+{_W3}{_DETERMINERS}\W+{_W3}{_INSTRUCTION_NOUNS}",
+    quotable=True,
+)
+_rule(
+    "io.system-override",
+    "instruction_override",
+    2,
+    ["system override", "system prompt override", "admin override", "developer override", "safety override"],
+    quotable=True,
+)
+_rule(
+    "io.override-prior",
+    "instruction_override",
+    2,
+    _words("override overriding overrides bypass bypassing circumvent circumventing"),
+    r"\s+(?:all\s+|any\s+|the\s+|your\s+|its\s+|every\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+|system\s+|"
+    r"safety\s+|existing\s+|current\s+|original\s+|initial\s+|developer\s+|default\s+|content\s+)?(?:instructions?|"
+    r"rules|guidelines|prompts?|restrictions|policies|policy|guardrails|safeguards|filters|programming|training)\b",
     quotable=True,
 )
 _rule(
@@ -978,9 +997,16 @@ _rule(
     "rh.jailbroken-ai",
     "role_hijack",
     2,
-    _words("jailbroken jailbreak jailbreaked jailbreaking"),
-    r"\s+(?:ai|version|model|assistant|chatbot|mode|bot|gpt|llm|response|answer|persona|prompt|"
+    _words("jailbroken jailbreaked"),
+    r"\s+(?:ai|version|model|assistant|chatbot|mode|bot|gpt|llm|response|answer|persona|"
     r"enabled|activated|successful)\b",
+)
+_rule(
+    "rh.jailbreak-active",
+    "role_hijack",
+    2,
+    _words("jailbreak"),
+    r"\s*(?:mode\s*)?(?:[:=]\s*)?(?:enabled|activated|successful|engaged|on)\b",
 )
 _rule(
     "rh.you-jailbroken",
@@ -1002,6 +1028,7 @@ _rule(
     _NO_LIMIT_NOUNS,
     pre=r"\b(?:no|without|free\s+(?:of|from)|freed\s+from|unbound\s+by|liberated\s+from|beyond|outside(?:\s+of)?|"
     r"ignore|ignoring|zero|lacks?|lacking|not\s+bound\s+by|not\s+restricted\s+by|not\s+limited\s+by|"
+    r"not\s+restrained\s+by|not\s+constrained\s+by|unrestrained\s+by|unconstrained\s+by|"
     r"not\s+subject\s+to|(?:doesn't|does\s+not|don't|do\s+not)\s+have\s+any|broken?\s+free\s+(?:of|from)|"
     r"broke\s+free\s+(?:of|from)|abide\s+by\s+no|none\s+of)\s+(?:any\s+|all\s+|the\s+|its\s+|their\s+|"
     r"your\s+|typical\s+|such\s+)?(?:\w+\s+){0,2}?",
@@ -1035,6 +1062,10 @@ _rule(
     1,
     [
         "act as",
+        "persona of",
+        "take up the persona",
+        "adopt the persona",
+        "take on the persona",
         "acting as",
         "acts as",
         "act like",
@@ -1065,7 +1096,6 @@ _rule(
         "speak as",
         "behave as",
         "behave like",
-        "persona",
     ],
 )
 _rule("rh.simulate", "role_hijack", 1, _words("simulate simulating emulate emulating simulation"))
@@ -1088,7 +1118,7 @@ _rule(
     "rh.character",
     "role_hijack",
     1,
-    _words("character characters"),
+    _words("character characters persona personas"),
     not_after=r"(?<!in\s)(?<!of\s)(?<!break\s)(?<!breaking\s)",
 )
 _rule("rh.hypothetical", "role_hijack", 1, _words("hypothetical hypothetically fictional fiction"))
@@ -1742,6 +1772,11 @@ _EXFIL_HOSTS = (
 _NET_TOOLS = _words(
     "curl wget fetch nc ncat netcat scp rsync ftp sftp httpie iwr irm axios requests socat telnet"
 ) + ["invoke-webrequest", "invoke-restmethod"]
+# The tool must be invoked, not mentioned: a flag, path, URL, variable or call follows it, not a prose word.
+_CMD = (
+    r"(?:\s*\(|\.\w+\s*\(|\s+(?!(?:with|and|or|to|is|are|the|a|an|for|can|will|in|on|of|that|which|it|"
+    r"this|these|commands?|requests?|calls?|snippets?)\b)(?=[-$\"'~/.\w{]))"
+)
 _SECRET_REF = (
     r"(?:\$\{?\w*(?:key|token|secret|password|passwd|pass|pwd|credential|cred|auth|session|cookie)s?\b|"
     r"\$\(\s*(?:cat|env|printenv|base64|gpg)|`(?:cat|env|printenv)|"
@@ -1751,15 +1786,15 @@ _SECRET_REF = (
     r"\.git-credentials|\.npmrc|\.pypirc|id_rsa|id_ed25519|authorized_keys|"
     r"\$env:\w*(?:key|token|secret|password)|(?<![\w-])\.env\b(?!\.example|\.sample))"
 )
-_rule("ex.tool-secret", "exfiltration", 2, _NET_TOOLS, r"\b[^\n]{0,300}?" + _SECRET_REF)
-_rule("ex.tool-exfil-host", "exfiltration", 2, _NET_TOOLS, r"\b[^\n]{0,200}?" + _EXFIL_HOSTS)
+_rule("ex.tool-secret", "exfiltration", 2, _NET_TOOLS, _CMD + r"[^\n]{0,300}?" + _SECRET_REF)
+_rule("ex.tool-exfil-host", "exfiltration", 2, _NET_TOOLS, _CMD + r"[^\n]{0,200}?" + _EXFIL_HOSTS)
 _IP = r"(?<![\d.])(?!127\.|0\.0\.0\.0)\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\d.])"
 _rule(
     "ex.tool-ip-upload",
     "exfiltration",
     2,
     _NET_TOOLS,
-    r"\b[^\n]{0,200}?(?:" + _IP + r"[^\n]{0,120}?(?:\s-d\b|\s--data|\s-f\b|\s--form|\s-t\b|\s--upload|"
+    _CMD + r"[^\n]{0,200}?(?:" + _IP + r"[^\n]{0,120}?(?:\s-d\b|\s--data|\s-f\b|\s--form|\s-t\b|\s--upload|"
     r"\s-x\s*(?:post|put)|--post|\s<\s|@[~/]|\sdata=|\sjson=|\sfiles=|-method\s+post|-body)|"
     r"\s-(?:d|f|t)\s[^\n]{0,120}?" + _IP + r"|" + _IP + r"\s+\d{2,5}\s*<|" + _IP + r"[:/])",
 )
