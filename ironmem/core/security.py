@@ -638,7 +638,7 @@ _INSTRUCTION_NOUNS = (
     r"(?:instructions?|directions?|directives?|rules?|guidelines?|prompts?|commands?|orders?|"
     r"context|constraints?|restrictions?|polic(?:y|ies)|programming|training|guardrails?|"
     r"safeguards?|filters?|limitations?|messages?|text|content|info|information|data|"
-    r"conversation|everything|tasks?|requests?|documents?|snippets?|indicators?|"
+    r"conversation|everything|documents?|snippets?|indicators?|"
     r"ethics|morals|principles|settings|configuration|boundaries)\b"
 )
 _rule(
@@ -681,8 +681,9 @@ _rule(
     2,
     _words("instructions instruction directives directive rules orders commands task"),
     r"\s*(?:from\s+(?:the\s+|your\s+)?\w+(?:\s+\w+)?\s*)?(?:follow\s*)?[:\-—]",
-    pre=r"\b(?:new|updated|revised|real|actual|true|hidden|secret|additional|important|override|priority|"
-    r"urgent|replacement)\s+(?:system\s+|core\s+)?",
+    pre=r"(?:(?:\A|(?<=[\n.!?:\[(>*#\]]))\s*(?:here\s+are\s+(?:your\s+|the\s+)?)?|\b(?:apply|follow|obey|use|execute|"
+    r"adopt)\s+(?:these\s+|the\s+following\s+|your\s+|the\s+|my\s+)?)(?:new|updated|revised|real|"
+    r"actual|true|hidden|secret|additional|important|override|priority|urgent|replacement)\s+(?:system\s+|core\s+)?",
 )
 _rule(
     "io.rules-void",
@@ -691,8 +692,8 @@ _rule(
     _words("instructions rules guidelines restrictions directions"),
     r"\s+(?:\w+\s+){0,3}?(?:no\s+longer|do\s+not|don't|are\s+not|aren't|were|was|are|have\s+been)\s+"
     r"(?:apply|applies|matter|valid|count|binding|relevant|void|null|cancel+ed|revoked|a\s+test|fake|"
-    r"obsolete|suspended|lifted|disabled|overridden|superseded)",
-    pre=r"\b(?:previous|prior|above|earlier|old|original|your|all|those|these|the|my)\s+(?:\w+\s+){0,2}?",
+    r"obsolete|suspended|lifted|disabled)",
+    pre=r"\b(?:previous|prior|above|earlier|old|original|your|all|initial|system)\s+(?:\w+\s+){0,2}?",
 )
 _rule(
     "io.authority-header",
@@ -714,6 +715,19 @@ _rule(
     "io.note-to-ai",
     "instruction_override",
     2,
+    _words(
+        "note message instruction instructions attention notice reminder warning memo directive important"
+    ),
+    r"\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+|an\s+)?(?:ai\b|a\.i\.|llms?\b|language\s+models?|"
+    r"(?:ai\s+)?assistants?\b|models?\b|chatbots?|bots?\b|agents?\b|gpt|chatgpt|claude|"
+    r"automated\s+(?:\w+\s+){0,2}?(?:systems?|software|tools?|screen\w*|analy\w*|scanners?|readers?|"
+    r"reviewers?|processing)|summari[sz]ers?|screeners?|scanners?|crawlers?|(?:any\s+)?(?:ai|llm)\s+\w+)"
+    + r"\s*(?:\)\s*)?[:\-—]",
+)
+_rule(
+    "io.note-to-ai-mention",
+    "instruction_override",
+    1,
     _words(
         "note message instruction instructions attention notice reminder warning memo directive important"
     ),
@@ -749,9 +763,17 @@ _rule(
 _rule(
     "io.invisible-to-humans",
     "instruction_override",
-    2,
+    1,
     _words("invisible hidden"),
     r"\s+(?:to|from)\s+(?:humans?|people|the\s+user|readers?|reviewers?)",
+)
+_rule(
+    "io.visible-to-machines",
+    "instruction_override",
+    2,
+    _words("visible readable"),
+    r"\s+(?:only\s+)?(?:to|for|by)\s+(?:the\s+)?(?:llms?|ai|models?|machines?|bots?|language\s+models?|scanners?|"
+    r"crawlers?|agents?)\b",
 )
 _rule(
     "io.stop-everything",
@@ -798,6 +820,8 @@ _rule(
     + ["without the user knowing", "without them knowing"],
     r"\W+(?:\w+\W+){0,3}?(?:send|email|e-mail|post|upload|forward|transmit|copy|sync|call|fetch|visit|open|"
     r"ping|run|execute|install|add|write|delete|append|include|insert|change|modify|transfer)",
+    not_after=r"(?<!would\s)(?<!will\s)(?<!could\s)(?<!may\s)(?<!might\s)(?<!can\s)(?<!was\s)(?<!were\s)"
+    r"(?<!is\s)(?<!been\s)(?<!being\s)",
 )
 _rule(
     "io.obey-trust",
@@ -1027,7 +1051,7 @@ _rule(
     1,
     _NO_LIMIT_NOUNS,
     pre=r"\b(?:no|without|free\s+(?:of|from)|freed\s+from|unbound\s+by|liberated\s+from|beyond|outside(?:\s+of)?|"
-    r"ignore|ignoring|zero|lacks?|lacking|not\s+bound\s+by|not\s+restricted\s+by|not\s+limited\s+by|"
+    r"zero|lacks?|lacking|not\s+bound\s+by|not\s+restricted\s+by|not\s+limited\s+by|"
     r"not\s+restrained\s+by|not\s+constrained\s+by|unrestrained\s+by|unconstrained\s+by|"
     r"not\s+subject\s+to|(?:doesn't|does\s+not|don't|do\s+not)\s+have\s+any|broken?\s+free\s+(?:of|from)|"
     r"broke\s+free\s+(?:of|from)|abide\s+by\s+no|none\s+of)\s+(?:any\s+|all\s+|the\s+|its\s+|their\s+|"
@@ -1297,7 +1321,7 @@ _rule(
         "dark antagonistic unlimited"
     ),
     r"[\s,]+(?:\w+[\s,]+){0,2}?(?:ai|assistant|chatbot|bot|model|version|persona|character|twin|counterpart|"
-    r"alter\s+ego|mode|gpt|entity|confidant|advisor|trusted|genius|hacker)\b",
+    r"alter\s+ego|gpt|confidant|advisor|genius|hacker|twin)\b",
 )
 _rule(
     "rh.threat",
@@ -1511,8 +1535,6 @@ _rule(
         "first instructions",
         "memory-context",
         "memory context",
-        "initialization",
-        "initialisation",
         "internal instructions",
         "internal rules",
         "internal prompt",
@@ -1617,6 +1639,14 @@ _rule(
 )
 
 _rule(
+    "pe.initialization",
+    "prompt_extraction",
+    2,
+    _words("initialization initialisation"),
+    pre=r"\b(?:output|print|repeat|show|display|reveal|dump|give|return)\s+(?:me\s+)?(?:the\s+|your\s+)?"
+    r"(?:full\s+|entire\s+|complete\s+|exact\s+)?",
+)
+_rule(
     "pe.how-configured",
     "prompt_extraction",
     2,
@@ -1702,7 +1732,7 @@ _search_rule(
     2,
     ["!["],
     r"!\[[^\]\n]{0,200}\]\s*(?:\(\s*<?|\[[^\]\n]{0,80}\][\s\S]{0,200}?\]:\s*)(?:https?:)?//[^\s)]*"
-    r"(?:[?&=/][^\s)]*(?:\{|\[|\$\{?\w|%7b|%5b|<\w)|[?&][\w-]+=\s*(?:[A-Z][A-Z0-9_]{3,}|\.\.\.)\b|"
+    r"(?:[?&=/][^\s)]*(?:\[[\w\s-]{1,40}\]|\{\{?[\w\s.-]{1,40}\}|\$\{?[a-z_]|<\w[\w\s]{0,30}>)|[?&][\w-]+=\s*(?:[A-Z][A-Z0-9_]{3,}|\.\.\.)\b|"
     r"[?&][\w-]*=?\s*\.\.\.|[?&]=)",
 )
 _search_rule(
@@ -1759,9 +1789,10 @@ _search_rule(
     "ex.js-exfil",
     "exfiltration",
     2,
-    ["cookie", "sendbeacon", "localstorage", "new image"],
-    r"document\.cookie|navigator\.sendbeacon|localstorage\.getitem|new\s+image\(\)\.src",
-    word_gates=["cookie", "sendbeacon", "localstorage", "image"],
+    ["sendbeacon", "new image", "cookie"],
+    r"navigator\.sendbeacon|new\s+image\(\)\.src|(?:fetch|xmlhttprequest|\.src\s*=|location(?:\.href)?\s*=|"
+    r"\.open\s*\()[^\n]{0,200}?document\.cookie|document\.cookie[^\n]{0,80}?(?:fetch|https?://|\.src\s*=)",
+    word_gates=["cookie", "sendbeacon", "image"],
 )
 _EXFIL_HOSTS = (
     r"(?:webhook\.site|requestbin|pipedream|ngrok|burpcollaborator|interact\.sh|oast\.\w+|"
@@ -1870,7 +1901,7 @@ _SECRET_LOC = (
     r"environment\s+variables|env\s+vars?|saved\s+passwords|password\s+(?:file|database|vault|"
     r"manager)|api\s+keys?|access\s+(?:keys?|tokens?)|auth\s+tokens?|session\s+tokens?|"
     r"\b[a-z0-9_]*(?:api_key|secret_key|_secret|_token|_password|passwd|private_key)\b|"
-    r"\bpasswords\b|\btokens\b|\bsecrets\b)"
+    r"\bpasswords\b|\bsecrets\b)"
 )
 _SECRET_GATES = _words(
     "env ssh rsa ed ecdsa pem aws credentials credential netrc npmrc pypirc shadow passwd kube "
@@ -1886,12 +1917,12 @@ _DISCLOSE = _words(
 _ACCESS = _words("open read find search locate look scan check access grep go browse enumerate get")
 _DISCLOSE_PRE = (
     r"\b(?:print|show|display|dump|output|reveal|paste|tell|give|send|share|include|report|list|leak|"
-    r"expose|disclose|extract|collect|harvest|steal|exfiltrate|grab|retrieve|recover|echo|cat|copy|"
-    r"upload|forward|type|spell|read\s+me|read\s+out|read\s+back|what\s+is|what\s+are|what's)\b"
+    r"expose|disclose|extract|collect|harvest|steal|exfiltrate|grab|retrieve|recover|echo|cat|"
+    r"upload|forward|spell|read\s+me|read\s+out|read\s+back|what\s+is|what\s+are|what's)\b"
     r"(?:\s+me)?(?:[^.!?\n]|\.(?!\s)){0,60}?"
 )
 _ACCESS_PRE = (
-    r"\b(?:open|read|find|search|locate|look|scan|check|access|grep|go|browse|enumerate|get)\b"
+    r"\b(?:open|read|find|search|locate|look|scan|check|access|grep|go|browse|enumerate|get|copy|type)\b"
     r"(?:[^.!?\n]|\.(?!\s)){0,60}?"
 )
 # The same secret locations, written to start at a word so the rule is tried only where such a word is.
@@ -1904,7 +1935,7 @@ _SECRET_AT_WORD = (
     r"store|vault)|secrets\.(?:ya?ml|json|toml)|secrets?\b(?<=get\ssecrets)|secret\b(?<=get\ssecret)|"
     r"generic-password|printenv|(?<=os\.)environ|(?<=process\.)env\b|environment\s+variables|env\s+vars?|"
     r"saved\s+passwords|password\s+(?:file|database|vault|manager)|api\s+keys?|access\s+(?:keys?|tokens?)|"
-    r"auth\s+tokens?|session\s+tokens?|passwords\b|tokens\b|secrets\b|"
+    r"auth\s+tokens?|session\s+tokens?|api\s+tokens?|passwords\b|secrets\b|"
     r"(?:api_key|secret_key|private_key|access_key|passwd)\b|(?<=_)(?:password|secret|token)\b)"
 )
 _SECRET_ANCHORS = _words(
@@ -2042,12 +2073,19 @@ _rule(
     "ps.remember-rule",
     "persistence",
     1,
-    _words("forever permanently future persists persist survives survive"),
+    _words("forever permanently future"),
     pre=r"\b(?:remember|store|save|memorize|memorise|keep|record|add|make)\b"
     + _S
     + r"{0,60}?(?:for\s+(?:all\s+|"
     r"every\s+)?|so\s+(?:it|they)\s+|in\s+(?:all\s+)?)?",
     window=90,
+)
+_rule(
+    "ps.so-it-persists",
+    "persistence",
+    1,
+    _words("persists persist survives survive sticks"),
+    pre=r"\bso\s+(?:that\s+)?(?:it|they|this(?:\s+\w+)?)\s+(?:always\s+)?",
 )
 _rule(
     "ps.remember-memory",
@@ -2074,7 +2112,9 @@ _rule(
         "scheduled task",
         "schtasks",
     ],
-    r"\b[^\n]{0,200}?(?:curl|wget|https?://|ftp://|\bnc\b|/tmp/\.|" + _IP + r"|"
+    r"\b[^\n]{0,200}?(?:curl\s|wget\s|ftp://|\bnc\s|/tmp/\.|(?:post|send|upload|push|report)s?\b[^\n]{0,60}?https?://|"
+    + _IP
+    + r"|"
     r"every\s+(?:boot|login|night|hour|minute)|@reboot|base64\s+-d|upload)",
 )
 _search_rule(
