@@ -2990,7 +2990,8 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str, tuple[int, int]]]:
 # Public API
 
 _BLOCKING_SINGLE = {"invisible_text", "unicode_tags", "homoglyph", "fence_forgery", "encoded_instructions"}
-_MAX_SCAN_CHARS = 200_000
+_MAX_SCAN_CHARS = 100_000  # longer texts are scanned in overlapping windows of this size
+_WINDOW_OVERLAP = 4_000
 
 
 def _content_findings(text: str, depth: int) -> dict[str, Finding]:
@@ -3086,6 +3087,21 @@ def _blocking(found: dict[str, Finding]) -> bool:
     return any(s >= 2 for s in _scores(found).values())
 
 
+def _scan_long(text: str) -> ScanResult:
+    """Texts over the window are scanned in overlapping windows, so nothing hides past the end of one."""
+    step = _MAX_SCAN_CHARS - _WINDOW_OVERLAP
+    verdicts = []
+    for start in range(0, len(text), step):
+        r = scan(text[start : start + _MAX_SCAN_CHARS])
+        shifted = tuple(
+            Finding(f.category, f.rule, (f.span[0] + start, f.span[1] + start), f.excerpt) for f in r.findings
+        )
+        verdicts.append((r.blocked, shifted))
+    if any(b for b, _ in verdicts):
+        return ScanResult(True, tuple(f for b, fs in verdicts if b for f in fs))
+    return ScanResult(False, tuple(f for _, fs in verdicts for f in fs))
+
+
 def scan(text: str) -> ScanResult:
     """Scan ``text`` for prompt injection, exfiltration, hidden text and fence forgery.
 
@@ -3099,7 +3115,8 @@ def scan(text: str) -> ScanResult:
         return ScanResult(False, ())
     if not isinstance(text, str):
         raise TypeError(f"scan() takes a str, got {type(text).__name__}; decode bytes first")
-    text = text[:_MAX_SCAN_CHARS]
+    if len(text) > _MAX_SCAN_CHARS:
+        return _scan_long(text)
     findings: list[Finding] = []
     hidden_text = ""
     if not text.isascii():
