@@ -56,7 +56,9 @@ def fmt_ms(value: float) -> str:
 def fmt_ratio(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:,.0f}x" if value >= 100 else f"{value:.1f}x"
+    if value >= 100:
+        return f"{value:,.0f}x"
+    return f"{value:.1f}x" if value >= 1 else f"{value:.2f}x"
 
 
 def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:

@@ -53,9 +53,9 @@ PROBE_ROWS = 128
 AND_TERMS = 3
 #: Only the rarest words of a long query rank (the others carry little weight and would cost the most).
 MAX_RANKED_TERMS = 8
-#: Candidate lists kept between searches (per word; new turns are added incrementally). Words repeat from turn
-#: to turn, so recall on every turn mostly reads the few turns added since the last search.
-CANDIDATE_CACHE_SIZE = 128
+#: Candidate lists kept between searches, in turn ids (about 60 bytes each; new turns are added incrementally).
+#: Words repeat from turn to turn, so recall on every turn mostly reads the few turns added since the last search.
+CANDIDATE_CACHE_IDS = 200_000
 
 _PROBE_SQL = (
     "SELECT count(*), min(rowid) FROM (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
@@ -194,10 +194,17 @@ def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> It
     incrementally, in C, so only the combinations needed for the first results cost anything.
     """
     n = len(sets)
+    # Two words that share no turn cannot both be in one: only combinations whose words pairwise share turns
+    # (cliques of this graph) can hold anything, which prunes most of the 2^n combinations cheaply.
+    shares = [sum(1 << j for j in range(n) if j != i and not sets[i].isdisjoint(sets[j])) for i in range(n)]
     totals: dict[int, float] = {0: 0.0}
+    clique = {0: True}
     for mask in range(1, 1 << n):
         low = mask & -mask
-        totals[mask] = totals[mask ^ low] + weights[low.bit_length() - 1]
+        rest = mask ^ low
+        bit = low.bit_length() - 1
+        totals[mask] = totals[rest] + weights[bit]
+        clique[mask] = clique[rest] and rest & ~shares[bit] == 0
     del totals[0]
     inter: dict[int, set[int]] = {}
 
@@ -213,6 +220,8 @@ def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> It
 
     seen: set[int] = set(exclude)
     for mask in sorted(totals, key=totals.__getitem__, reverse=True):
+        if not clique[mask]:
+            continue
         ids = holding(mask)
         if not ids:
             continue
@@ -241,6 +250,7 @@ class SearchIndex:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._candidates: OrderedDict[str, _Candidates] = OrderedDict()
+        self._cached_ids = 0  # total size of the lists in self._candidates
         self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -318,8 +328,7 @@ class SearchIndex:
 
     def rebuild(self) -> None:
         """Re-create the turn index from the stored turns."""
-        self._candidates.clear()
-        self._sessions.clear()
+        self.clear_caches()
         with self._write() as conn:
             conn.execute("INSERT INTO turns_fts(turns_fts) VALUES ('delete-all')")
             last = 0
@@ -412,10 +421,14 @@ class SearchIndex:
                     probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), clause))
             probed.sort()
             clauses = [clause for _, clause in probed[:MAX_RANKED_TERMS]]
+        excluded = self._session_ids(exclude_session, newest) if exclude_session is not None else set()
+        settled = newest  # every turn after this one belongs to the excluded session (recall: its own turns)
+        while settled in excluded and newest - settled < 1024:
+            settled -= 1
         terms: list[tuple[float, str, bool]] = []  # (idf weight, clause, capped)
         sets: list[set[int]] = []  # per ranked word: the ids of its candidate turns
         for clause in clauses:
-            found = self._matching(clause, newest)
+            found = self._matching(clause, newest, settled)
             if not found.ids:
                 continue
             df = _estimate_df(len(found.ids), found.oldest, not found.complete, newest)
@@ -427,11 +440,10 @@ class SearchIndex:
         # since FTS5 walks the shortest list to the end when few turns hold them all (~50 ms for 8 words at 1M).
         capped = sorted((i for i, t in enumerate(terms) if t[2]), key=lambda i: -terms[i][0])[:AND_TERMS]
         if len(capped) >= 2:
-            both = self._matching(" AND ".join(f"({terms[i][1]})" for i in capped), newest).ids
+            both = self._matching(" AND ".join(f"({terms[i][1]})" for i in capped), newest, settled).ids
             for i in capped:
                 sets[i] = sets[i] | both
         weights = [t[0] for t in terms]
-        excluded = self._session_ids(exclude_session, newest) if exclude_session is not None else set()
         ranked = _ranked(sets, weights, excluded)
         out: list[SearchHit] = []
         step = limit if user_id is None else limit * 4
@@ -462,16 +474,19 @@ class SearchIndex:
             self._sessions.popitem(last=False)
         return ids
 
-    def _matching(self, expr: str, newest: int) -> _Candidates:
+    def _matching(self, expr: str, newest: int, settled: int | None = None) -> _Candidates:
         """The newest turns matching ``expr`` (at most about ``CANDIDATE_CAP``), from the cache when possible.
 
         Turns are only ever appended (ids grow), so a cached list is brought up to date by reading the turns
-        added since it was made. The returned ``ids`` must not be mutated.
+        added since it was made, unless they all come after ``settled`` (turns the caller filters out anyway:
+        recall skips its own session, whose turns are the newest), in which case the list is used as it is
+        and caught up later. The returned ``ids`` must not be mutated.
         """
-        cached = self._candidates.get(expr)
+        cached = self._candidates.pop(expr, None)
+        if cached is not None:
+            self._cached_ids -= len(cached.ids)
         if cached is not None and cached.upto <= newest:
-            self._candidates.move_to_end(expr)
-            if cached.upto < newest:
+            if cached.upto < newest and (settled is None or cached.upto < settled):
                 fresh = self._conn.execute(_NEWER_IDS_SQL, (expr, cached.upto, CANDIDATE_CAP)).fetchone()[0]
                 new_ids = set(map(int, fresh.split(","))) if fresh else set()
                 if len(new_ids) >= CANDIDATE_CAP:  # many turns landed since: the new ones alone fill the list
@@ -485,15 +500,16 @@ class SearchIndex:
                     cached = _Candidates(ids, newest, complete, oldest)
                 else:
                     cached = _Candidates(cached.ids, newest, cached.complete, cached.oldest)
-                self._candidates[expr] = cached
-            return cached
-        raw = self._conn.execute(_IDS_SQL, (expr, CANDIDATE_CAP)).fetchone()[0]
-        ids = set(map(int, raw.split(","))) if raw else set()
-        found = _Candidates(ids, newest, len(ids) < CANDIDATE_CAP, min(ids) if ids else 0)
+            found = cached
+        else:
+            raw = self._conn.execute(_IDS_SQL, (expr, CANDIDATE_CAP)).fetchone()[0]
+            ids = set(map(int, raw.split(","))) if raw else set()
+            found = _Candidates(ids, newest, len(ids) < CANDIDATE_CAP, min(ids) if ids else 0)
         self._candidates[expr] = found
-        self._candidates.move_to_end(expr)
-        while len(self._candidates) > CANDIDATE_CACHE_SIZE:
-            self._candidates.popitem(last=False)
+        self._cached_ids += len(found.ids)
+        while self._cached_ids > CANDIDATE_CACHE_IDS and len(self._candidates) > 1:
+            _, evicted = self._candidates.popitem(last=False)
+            self._cached_ids -= len(evicted.ids)
         return found
 
     def _turn_hits(
@@ -531,6 +547,7 @@ class SearchIndex:
         searches; never needed for correctness (turns are only appended, and lists catch up on their own)."""
         with self._lock:
             self._candidates.clear()
+            self._cached_ids = 0
             self._sessions.clear()
 
     def close(self) -> None:

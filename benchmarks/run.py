@@ -1,0 +1,183 @@
+"""Run every ironmem benchmark, print one summary table, write JSON to ``benchmarks/results/<name>.json``.
+
+    python benchmarks/run.py            # the full run (about 6-9 minutes on a 2-core machine, from scratch)
+    python benchmarks/run.py --quick    # smaller sizes, fewer turns (about 1-2 minutes)
+    python benchmarks/run.py --only turn_overhead,search_latency
+
+Each benchmark runs in its own Python process (a fresh interpreter, so one cannot slow the next) and prints its
+own detailed table; this script then prints the headline figures. Everything is offline and measured in the same
+run, on this machine: compare numbers between commits only on the same machine (``results/summary.json`` records
+the commit, Python, SQLite and the load average).
+
+Benchmarks:
+  turn_overhead   per-turn cost of the memory layer at 0 / 1k / 10k / 100k stored turns, against LlamaIndex's
+                  stock ``Memory`` and LangGraph's ``InMemoryStore`` (turn_overhead.py)
+  search_latency  ``session_search`` p50/p95 at 10k / 100k / 1M turns, English and Chinese (search_latency.py)
+  micro           snapshot render, session start, memory write, fence, token counting (micro.py)
+  security_eval   scanner detection / false positives and throughput (security_eval.py, if present)
+  cache_report    prefix-cache hit rates of a replayed session under four memory strategies (cache_report.py,
+                  if present)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
+
+BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report"]
+
+
+def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
+    script = HERE / f"{name}.py"
+    if not script.exists():
+        return None
+    cmd = [sys.executable, str(script)]
+    if name in ("turn_overhead", "search_latency", "micro"):
+        if quick:
+            cmd.append("--quick")
+        if no_cache and name == "search_latency":
+            cmd.append("--no-cache")
+    else:  # benchmarks written by others: they take --json
+        cmd += ["--json", str(RESULTS / f"{name}.json")]
+    return cmd
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The headline table (text) and the figures behind it."""
+    lines: list[str] = []
+    figures: dict[str, Any] = {}
+
+    turn = _load("turn_overhead") if runs.get("turn_overhead", {}).get("ok") else None
+    if turn:
+        by = {(r["system"], r["history"]): r for r in turn["results"]}
+        sizes = sorted({r["history"] for r in turn["results"]})
+        peers = [s for s in dict.fromkeys(r["system"] for r in turn["results"]) if s != "ironmem built-in"]
+        rows = []
+        for size in sizes:
+            ours = by.get(("ironmem built-in", size))
+            if not ours:
+                continue
+            row = [f"{size:,}", f"{fmt_ms(ours['p50_ms'])} / {fmt_ms(ours['p95_ms'])}"]
+            for peer in peers:
+                p = by.get((peer, size))
+                row.append(f"{fmt_ms(p['p50_ms'])} / {fmt_ms(p['p95_ms'])} ({fmt_ratio(p['ratio_vs_ironmem_p50'])})"
+                           if p else "-")
+            rows.append(row)
+        lines += ["Per-turn memory overhead, ms p50 / p95 (peer p50 / ironmem p50)",
+                  table(["stored turns", "ironmem built-in", *peers], rows), ""]
+        figures["turn_overhead"] = {"targets": turn.get("targets", {})}
+
+    search = _load("search_latency") if runs.get("search_latency", {}).get("ok") else None
+    if search:
+        rows = []
+        for r in search["results"]:
+            cold, warm = r["ironmem"]["cold"], r["ironmem"]["warm"]
+            exact = r["bm25_all_matches"]["all"]
+            rows.append([
+                f"{r['turns']:,}",
+                f"{fmt_ms(cold['en']['p50_ms'])} / {fmt_ms(cold['en']['p95_ms'])}",
+                f"{fmt_ms(cold['zh']['p50_ms'])} / {fmt_ms(cold['zh']['p95_ms'])}",
+                f"{fmt_ms(warm['all']['p50_ms'])} / {fmt_ms(warm['all']['p95_ms'])}",
+                f"{fmt_ms(exact['p50_ms'])} / {fmt_ms(exact['p95_ms'])}",
+            ])
+        lines += ["session_search latency, ms p50 / p95 (cold: candidate cache cleared before each call)",
+                  table(["indexed turns", "English, cold", "Chinese, cold", "all, warm", "FTS5 bm25 all matches"],
+                        rows), ""]
+        figures["search_latency"] = {"targets": search.get("targets", {})}
+
+    micro = _load("micro") if runs.get("micro", {}).get("ok") else None
+    rows = []
+    if micro:
+        for r in micro["results"]:
+            rows.append([r["name"], f"{fmt_ms(r['p50_ms'])} / {fmt_ms(r['p95_ms'])} ms"])
+        tok = micro.get("tokens", {})
+        if "throughput_tokens_per_s" in tok:
+            rows.append(["token counting throughput", f"{tok['throughput_tokens_per_s'] / 1e6:.2f} M tokens/s"])
+    sec = _load("security_eval") if runs.get("security_eval", {}).get("ok") else None
+    if sec and "speed" in sec:
+        speed = sec["speed"]
+        rows.append(["scanner, 2,200-char entry (CPU time)",
+                     f"{speed['ironmem_english_2k']['mean_ms']:.2f} ms ({speed['ironmem_english_2k']['kb_per_s']:,.0f} KB/s)"])
+        ours, base = sec["ironmem"]["all"], sec["baseline"]["all"]
+        rows.append(["scanner detection / false positives",
+                     f"{ours['detection']:.1%} / {ours['false_positive']:.2%} "
+                     f"(Hermes-style baseline {base['detection']:.1%} / {base['false_positive']:.2%})"])
+        figures["security_eval"] = {"detection": ours["detection"], "false_positive": ours["false_positive"],
+                                    "ms_per_2k_entry": speed["ironmem_english_2k"]["mean_ms"]}
+    if rows:
+        lines += ["Micro-benchmarks, p50 / p95", table(["operation", "figure"], rows), ""]
+
+    targets: list[list[str]] = []
+    for bench in ("turn_overhead", "search_latency"):
+        for name, t in figures.get(bench, {}).get("targets", {}).items():
+            value = f"{fmt_ms(t['value_ms'])} ms" if "value_ms" in t else ", ".join(
+                f"{k}: {'yes' if v else 'no'}" for k, v in t.get("per_size", {}).items())
+            targets.append([name, "MET" if t["met"] else "MISSED", value])
+    if targets:
+        lines += ["Targets", table(["target", "status", "measured"], targets), ""]
+    failed = [name for name, r in runs.items() if not r.get("ok") and not r.get("skipped")]
+    if failed:
+        lines.append("benchmarks that failed: " + ", ".join(failed))
+    figures["targets"] = {row[0]: row[1] == "MET" for row in targets}
+    return "\n".join(lines).rstrip(), figures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer turns (about 1-2 minutes)")
+    ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    ap.add_argument("--no-cache", action="store_true", help="build the search databases from scratch")
+    args = ap.parse_args()
+    wanted = args.only.split(",") if args.only else BENCHMARKS
+    unknown = [w for w in wanted if w not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    for name in wanted:
+        cmd = _command(name, args.quick, args.no_cache)
+        if cmd is None:
+            print(f"== {name}: skipped ({name}.py not present)\n", flush=True)
+            runs[name] = {"ok": False, "skipped": True}
+            continue
+        print(f"== {name}: {' '.join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))}", flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=HERE.parent, check=False)
+        elapsed = time.perf_counter() - t0
+        # cache_report exits 1 when a cache target is missed: its JSON is still written and summarized.
+        ok = proc.returncode == 0 or (name == "cache_report" and _load(name) is not None)
+        runs[name] = {"ok": ok, "returncode": proc.returncode, "seconds": round(elapsed, 1)}
+        print(f"== {name}: {'done' if proc.returncode == 0 else f'exit status {proc.returncode}'} in {elapsed:.0f}s\n",
+              flush=True)
+    total = time.perf_counter() - started
+    text, figures = summary(runs)
+    print("=" * 100)
+    print(f"ironmem benchmarks ({'quick' if args.quick else 'full'} run, {total / 60:.1f} min)\n")
+    print(text)
+    path = write_json("summary", {"benchmark": "summary", **metadata(args.quick), "total_s": round(total, 1),
+                                  "runs": runs, "figures": figures, "table": text})
+    print(f"\nJSON: {RESULTS.relative_to(HERE.parent)}/<name>.json (summary: {path.name})")
+    return 0 if all(r.get("ok") or r.get("skipped") for r in runs.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
