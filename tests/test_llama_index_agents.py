@@ -148,8 +148,8 @@ async def test_function_agent_two_sessions(manager: MemoryManager, streaming: bo
     assert_stored_history_is_clean(two)
     assert (two.session.prefetch_count, two.session.turns_synced) == (2, 2)
     assert len(turn_texts(two, "Lisbon")) == 2  # a turn of each session
-    one.close()
-    two.close()
+    await one.aclose()
+    await two.aclose()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,8 +204,8 @@ async def test_react_agent_two_sessions(manager: MemoryManager) -> None:
     await run_turn(agent2, "When does my passport expire?", two)
     assert PASSPORT in two.snapshot and llm2.requests[0].messages[1].content == two.snapshot
     assert (two.session.prefetch_count, two.session.turns_synced) == (1, 1)
-    one.close()
-    two.close()
+    await one.aclose()
+    await two.aclose()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -261,4 +261,6 @@ async def test_context_reuse_and_edit_state_keep_one_memory(manager: MemoryManag
     assert [m.content for m in mem.get_all() if m.role.value == "user"][-1] == "Confirm the city?"
     assert (mem.session.prefetch_count, mem.session.turns_synced) == (4, 4)
     assert (await restored.store.get("memory")).session is mem.session
-    mem.close()
+    await mem.aclose()
+    with pytest.raises(RuntimeError, match="IronMemory is closed"):
+        await mem.aget()

@@ -78,8 +78,8 @@ async def test_simple_chat_engine_sync_async_and_streaming(manager: MemoryManage
         assert request.system_texts == [two.snapshot]
     assert "Hi, I'm booking a flight" in llm2.requests[0].messages[-1].content  # recalled from session 1
     assert_clean(two, 2)
-    one.close()
-    two.close()
+    await one.aclose()
+    await two.aclose()
 
 
 def test_condense_plus_context_chat_engine(manager: MemoryManager) -> None:

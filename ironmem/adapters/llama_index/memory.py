@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, Memory
 from pydantic import (
@@ -75,12 +76,19 @@ class _State:
     """The live part of an IronMemory, shared by all its copies in this process."""
 
     def __init__(
-        self, manager: MemoryManager, session: Session, history: BaseMemory, *, owns_manager: bool
+        self,
+        manager: MemoryManager,
+        session: Session,
+        history: BaseMemory,
+        *,
+        owns_manager: bool,
+        owns_history: bool = True,
     ) -> None:
         self.manager = manager
         self.session = session
         self.history = history
         self.owns_manager = owns_manager
+        self.owns_history = owns_history
         self.lock = threading.RLock()
         self.fences: dict[str, str] = {}  # user-message key -> fenced recall ("" when nothing was recalled)
         self.synced: set[str] = set()  # user-message keys whose turn was synced
@@ -210,7 +218,9 @@ class IronMemory(BaseMemory):
                 )
             session = manager.start_session(session_id, user_id)
         history_obj, config = _build_history(session.id, history, history_path, history_kwargs)
-        state = _State(manager, session, history_obj, owns_manager=owns_manager)
+        state = _State(
+            manager, session, history_obj, owns_manager=owns_manager, owns_history=history_obj is not history
+        )
         handle = _registry.new_handle()
         _registry.register(handle, state)
         return cls(
@@ -333,15 +343,43 @@ class IronMemory(BaseMemory):
         return IronMemoryToolSpec(self.state.session).to_tool_list()
 
     def close(self) -> None:
-        """End the session (drains queued syncs) and release the handle; closes a manager it opened."""
+        """End the session (drains queued syncs) and release the handle.
+
+        Also closes what this memory opened itself: the manager (when built from ``home``) and the chat
+        history's database connections (a history you passed in stays open).
+        """
+        state = self._release()
+        if state is None:
+            return
+        engine = _history_engine(state)
+        if engine is not None:
+            try:
+                asyncio_run(engine.dispose())
+            except Exception as exc:  # closing must not raise over a connection already gone
+                log.debug("IronMemory: disposing the history engine failed: %s", exc)
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code (waiting for queued syncs happens off the event loop)."""
+        state = await asyncio.to_thread(self._release)
+        if state is None:
+            return
+        engine = _history_engine(state)
+        if engine is not None:
+            try:
+                await engine.dispose()
+            except Exception as exc:
+                log.debug("IronMemory: disposing the history engine failed: %s", exc)
+
+    def _release(self) -> _State | None:
         state = self._state
         if state is None or state.closed:
-            return
+            return None
         state.closed = True
         state.session.end()
         _registry.unregister(self.memory_id)
         if state.owns_manager:
             state.manager.close()
+        return state
 
     # -- reading --------------------------------------------------------------------------------
     def get(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
@@ -542,6 +580,14 @@ class IronMemory(BaseMemory):
             f"IronMemory(session_id={self.session_id!r}, user_id={self.user_id!r}, "
             f"memory_id={self.memory_id!r})"
         )
+
+
+def _history_engine(state: _State) -> Any:
+    """The SQLAlchemy engine of a history this memory created itself (None otherwise)."""
+    if not state.owns_history:
+        return None
+    store = getattr(state.history, "sql_store", None)
+    return getattr(store, "_async_engine", None) if store is not None else None
 
 
 def _build_history(
