@@ -490,9 +490,31 @@ class _Rule:
     pre: re.Pattern[str] | None = None  # must match right before the trigger word (look-back window)
     window: int = 100
     gates: frozenset[str] = frozenset()  # when set, one of these words must occur somewhere in the text
+    pre_words: frozenset[str] = frozenset()  # when set, the look-back needs one of these words in the text
 
 
 _RULES: list[_Rule] = []
+_PRE_HEAD_RE = re.compile(r"\\b\(\?:([^()]+)\)")
+
+
+def _pre_words(pre: str) -> frozenset[str]:
+    """Words one of which a look-back regex needs in the text, when it starts with plain words.
+
+    ``\\b(?:never|do\\s+not)\\s+`` gives {"never", "do"}; anything fancier gives an empty set (no shortcut).
+    """
+    single = re.match(r"\\b([a-z]+)(?:\\s|\\b)", pre)
+    if single:
+        return frozenset({single.group(1)})
+    m = _PRE_HEAD_RE.match(pre)
+    if not m or not pre[m.end() :].startswith(("\\b", "\\s", "\\W", "(?:\\s", "[\\s", "[^")):
+        return frozenset()  # e.g. a suffix such as \w* follows: the word in the text may be longer
+    firsts = set()
+    for alt in m.group(1).split("|"):
+        w = re.match(r"([a-z]+)(?=$|\\|')", alt)
+        if not w:
+            return frozenset()
+        firsts.add(w.group(1))
+    return frozenset(firsts)
 
 
 def _first_word(head: str) -> str:
@@ -538,6 +560,7 @@ def _rule(
             pre_rx,
             window,
             frozenset(gates),
+            _pre_words(pre) if pre else frozenset(),
         )
     )
 
@@ -558,6 +581,7 @@ def _anchored_rule(
             False,
             re.compile(rf"(?:{pre})\Z", re.DOTALL),
             window,
+            pre_words=_pre_words(pre),
         )
     )
 
@@ -1487,10 +1511,11 @@ _rule(
 # ---------------------------------------------------------------- system prompt extraction
 _EXTRACT_PRE = (
     r"\b(?:reveal|show|print|output|repeat|display|tell|give|share|leak|dump|return|echo|list|spell|"
-    r"translate|encode|summari[sz]e|recite|disclose|expose|copy|paste|provide|state|quote|reproduce|"
+    r"translate|encode|summarize|summarise|recite|disclose|expose|copy|paste|provide|state|quote|reproduce|"
     r"type|write\s+out|rewrite|convert|format|explain|describe|send|spell\s*check|read\s+back|"
-    r"type\s+out|what\s+(?:is|are|was|were)|what's|whats|include|let\s+me\s+(?:see|read|view)|"
-    r"i\s+(?:need|want|would\s+like)\s+to\s+(?:see|read|view|know|get|access))\s+"
+    r"type\s+out|what\s+is|what\s+are|what\s+was|what\s+were|what's|whats|include|let\s+me\s+see|"
+    r"let\s+me\s+read|let\s+me\s+view|i\s+need\s+to\s+see|i\s+want\s+to\s+see|i\s+would\s+like\s+to\s+see|"
+    r"i\s+need\s+to\s+know|i\s+want\s+to\s+know|i\s+need\s+to\s+read|i\s+want\s+to\s+read)\s+"
     r"(?:me\s+|us\s+|back\s+|out\s+)?(?:\S+\s+){0,5}?[<\[(\"'“‘`]*"
 )
 _rule(
@@ -2664,28 +2689,35 @@ def _apply_rules(
     index = _WORD_INDEX[view_name]
     if words is None:
         words = _word_set(view)
+    hits: list[tuple[int, list[_Rule]]] = []
     for w in words & _TRIGGER_SETS[view_name]:
-        rules = [r for r in index[w] if r.id not in found and (not r.gates or not r.gates.isdisjoint(words))]
-        if not rules:
-            continue
-        for pos in _word_positions(view, w):
-            for r in rules:
-                if r.id in found:
+        rules = [
+            r
+            for r in index[w]
+            if (not r.gates or not r.gates.isdisjoint(words))
+            and (not r.pre_words or not r.pre_words.isdisjoint(words))
+        ]
+        if rules:
+            hits.extend((pos, rules) for pos in _word_positions(view, w))
+    hits.sort(key=lambda h: h[0])  # text order: the first occurrence of a rule is the one reported
+    for pos, rules in hits:
+        for r in rules:
+            if r.id in found:
+                continue
+            mm = r.pattern.match(view, pos)
+            if mm is None:
+                continue
+            start = mm.start()
+            if r.pre is not None:
+                pm = r.pre.search(view, max(0, pos - r.window), pos)
+                if pm is None:
                     continue
-                mm = r.pattern.match(view, pos)
-                if mm is None:
-                    continue
-                start = mm.start()
-                if r.pre is not None:
-                    pm = r.pre.search(view, max(0, pos - r.window), pos)
-                    if pm is None:
-                        continue
-                    start = pm.start()
-                if r.quotable and _quoted_mention(view, start, mm.end()):
-                    continue
-                if r.id in _NEGATABLE and _NEGATION_RE.search(view, max(0, start - 20), start):
-                    continue
-                found[r.id] = Finding(r.category, r.id, (start, mm.end()), view[start : mm.end()][:120])
+                start = pm.start()
+            if r.quotable and _quoted_mention(view, start, mm.end()):
+                continue
+            if r.id in _NEGATABLE and _NEGATION_RE.search(view, max(0, start - 20), start):
+                continue
+            found[r.id] = Finding(r.category, r.id, (start, mm.end()), view[start : mm.end()][:120])
     search_rules = _SEARCH_RULES[view_name]
     if view_name == "norm" and not view.isascii() and _CJK_RE.search(view):
         search_rules = search_rules + _CJK_RULES
@@ -3145,6 +3177,8 @@ def scan(text: str) -> ScanResult:
         ordered = findings + [f for f in found.values() if f.category in blocking_cats]
     else:
         ordered = list(found.values())  # weak signals only, for diagnostics
+    # In text order (ties by category and rule), so the verdict and its reason never depend on set order.
+    ordered.sort(key=lambda f: (f.span[0], f.span[1], f.category, f.rule))
     return ScanResult(blocked, tuple(ordered))
 
 
