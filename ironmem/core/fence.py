@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+import urllib.parse
 
 __all__ = ["FENCE_CLOSE", "FENCE_OPEN", "SYSTEM_NOTE", "fence", "fence_overhead_text", "sanitize"]
 
@@ -179,11 +180,21 @@ _LOOKALIKE = {
 # One unit of the raw text: an HTML entity, a (possibly double) URL escape, a backslash escape, or one char.
 _UNIT_RE = re.compile(
     r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?"
-    r"|%(?:25)*[0-9a-fA-F]{2}"
+    r"|(?:%(?:25)*[0-9a-fA-F]{2})+"
     r"|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\/"
     r"|.",
     re.DOTALL,
 )
+
+
+def _unquote_fully(text: str) -> str:
+    """URL-decode (UTF-8, so ``%E2%80%8B`` is one zero-width space) until nothing changes, at most 3 times."""
+    for _ in range(3):
+        out = urllib.parse.unquote(text, errors="replace")
+        if out == text:
+            break
+        text = out
+    return text
 
 
 def _decode_unit(unit: str) -> str:
@@ -192,7 +203,7 @@ def _decode_unit(unit: str) -> str:
     if unit[0] == "&":
         return html.unescape(unit)
     if unit[0] == "%":
-        return chr(int(unit[-2:], 16))
+        return _unquote_fully(unit)
     if unit == "\\/":
         return "/"
     return chr(int(unit.removeprefix("\\u").removeprefix("\\x"), 16))
@@ -276,7 +287,6 @@ def _spelled(word: str) -> str:
 
 
 _PREFILTER_RE = re.compile("|".join(_spelled(w) for w in ("memorycontext", "systemnote", "recalledmemory")))
-_PCT_RE = re.compile(r"%(?:25)*([0-9a-fA-F]{2})")
 _BSL_RE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
 _ENTITY_HINT_RE = re.compile(r"&(?:#|[A-Za-z]{2,8};?)")
 _NON_WORD_BYTES = bytes(c for c in range(128) if not chr(c).isalnum())
@@ -289,7 +299,7 @@ def _may_hold_forgery(text: str) -> bool:
         if "&" in out and _ENTITY_HINT_RE.search(out):
             out = html.unescape(out)
         if "%" in out:
-            out = _PCT_RE.sub(lambda m: chr(int(m.group(1), 16)), out)
+            out = _unquote_fully(out)
         if "\\" in out:
             out = _BSL_RE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), out)
         if out == before:
