@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 import itertools
 import math
 import re
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+log = logging.getLogger("ironmem.index")
 
 __all__ = ["SearchIndex", "SearchHit", "cjk_terms", "build_match_query", "query_clauses", "CANDIDATE_CAP"]
 
@@ -343,8 +346,19 @@ class SearchIndex:
 
     # -- memory entries -----------------------------------------------------------------------
     def sync_entries(self, target: str, entries: Iterable[str]) -> None:
-        """Make the entry index for ``target`` match ``entries`` (cheap: a file holds a few KB)."""
+        """Make the entry index for ``target`` match ``entries`` (cheap: a file holds a few KB).
+
+        The entry index is derived from the files, so a failure here (disk full, read-only database) is logged
+        and retried on the next call instead of failing the write or the session start that triggered it.
+        """
         entries = list(entries)
+        try:
+            self._sync_entries(target, entries)
+        except sqlite3.Error as exc:
+            log.warning("could not update the search index of %s entries (%s); it is refreshed on a later call",
+                        target, exc)
+
+    def _sync_entries(self, target: str, entries: list[str]) -> None:
         key = f"entries:{target}"
         fingerprint = hashlib.sha256("\x1e".join(entries).encode("utf-8")).hexdigest()
         with self._lock:
@@ -352,13 +366,18 @@ class SearchIndex:
             if row and row[0] == fingerprint:
                 return
         with self._write() as conn:
-            old = conn.execute("SELECT id, text FROM entries WHERE target = ?", (target,)).fetchall()
-            for rowid, text in old:
+            # Only the entries that changed are touched (a write changes one or two of them).
+            wanted = Counter(entries)
+            for rowid, text in conn.execute("SELECT id, text FROM entries WHERE target = ?", (target,)).fetchall():
+                if wanted[text] > 0:
+                    wanted[text] -= 1
+                    continue
                 conn.execute("INSERT INTO entries_fts(entries_fts, rowid, terms) VALUES('delete', ?, ?)", (rowid, cjk_terms(text)))
-            conn.execute("DELETE FROM entries WHERE target = ?", (target,))
-            for text in entries:
-                cur = conn.execute("INSERT INTO entries(target, text) VALUES (?, ?)", (target, text))
-                conn.execute("INSERT INTO entries_fts(rowid, terms) VALUES (?, ?)", (cur.lastrowid, cjk_terms(text)))
+                conn.execute("DELETE FROM entries WHERE id = ?", (rowid,))
+            for text, missing in wanted.items():
+                for _ in range(missing):
+                    cur = conn.execute("INSERT INTO entries(target, text) VALUES (?, ?)", (target, text))
+                    conn.execute("INSERT INTO entries_fts(rowid, terms) VALUES (?, ?)", (cur.lastrowid, cjk_terms(text)))
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, fingerprint),

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..errors import MemoryFileError
 
@@ -24,6 +24,9 @@ __all__ = ["ENTRY_DELIMITER", "MemoryFile", "parse_entries", "render_entries", "
 ENTRY_DELIMITER = "\n§\n"
 _TMP_PREFIX = ".ironmem-tmp-"
 LOCK_TIMEOUT_S = 30.0
+#: How often a waiting writer retries the lock (filelock's default, 50 ms, makes a waiter lose to the holder's
+#: next write again and again and adds up to 50 ms to every contended write).
+LOCK_POLL_S = 0.002
 
 
 def parse_entries(text: str) -> list[str]:
@@ -72,6 +75,7 @@ class MemoryFile:
         self.state_dir = state_dir or self.path.parent / ".ironmem"
         self._lock = FileLock(str(self.state_dir / f"{self.path.name}.lock"), timeout=LOCK_TIMEOUT_S)
         self._backed_up: dict[str, Path] = {}
+        self._clean_at_open()
 
     # -- reading ------------------------------------------------------------------------------
     def read(self) -> FileState:
@@ -118,11 +122,31 @@ class MemoryFile:
     # -- writing ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[FileState]:
-        """Hold the exclusive lock and yield the state re-read from disk under it."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with self._lock:
+        """Hold the exclusive lock and yield the state re-read from disk under it.
+
+        Raises :class:`MemoryFileError` (saying why) when the lock cannot be taken: the folder is not writable,
+        or another process kept the file locked for ``LOCK_TIMEOUT_S`` seconds.
+        """
+        lock_path = self.state_dir / f"{self.path.name}.lock"
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire(poll_interval=LOCK_POLL_S)
+        except Timeout:
+            raise MemoryFileError(
+                f"{self.path.name} is locked by another process (lock file {lock_path}) and stayed locked for "
+                f"{LOCK_TIMEOUT_S:g} s; nothing was written. Retry; if no ironmem process is running, delete the "
+                "lock file"
+            ) from None
+        except OSError as exc:
+            raise MemoryFileError(
+                f"cannot lock {self.path} ({exc.strerror or exc}: {exc.filename or lock_path}): the memory folder "
+                "must be writable. Nothing was written; fix the folder's permissions or point ironmem at another home"
+            ) from exc
+        try:
             self._clean_stray_temp_files()
             yield self.read()
+        finally:
+            self._lock.release()
 
     def update(self, change: Callable[[list[str]], list[str]]) -> FileState:
         """Apply ``change`` to the current entries under the lock and write the result atomically.
@@ -147,9 +171,16 @@ class MemoryFile:
         self._write_atomic(render_entries(entries))
 
     def _write_atomic(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{self.path.name}.", dir=self.path.parent)
+        """Write ``text`` to a temp file in the same folder, fsync it, and rename it over the file.
+
+        A crash at any point leaves either the old file or the new one (a stray temp file at worst, removed at
+        the next open or write). Any OS error (disk full, read-only file system, quota, I/O error) becomes a
+        :class:`MemoryFileError` naming the file and the cause; the old file is untouched and no temp file stays.
+        """
+        tmp_name: str | None = None
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{self.path.name}.", dir=self.path.parent)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(text.encode("utf-8"))
                 handle.flush()
@@ -158,12 +189,13 @@ class MemoryFile:
                 shutil.copymode(self.path, tmp_name)
             os.replace(tmp_name, self.path)
         except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
+            if tmp_name is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name)
             if isinstance(exc, OSError):
                 raise MemoryFileError(
                     f"could not write {self.path}: {exc.strerror or exc}. The previous file is intact; "
-                    "free disk space or fix permissions and retry."
+                    "free disk space or make the folder writable, then retry."
                 ) from exc
             raise
         self._fsync_dir()
@@ -175,6 +207,22 @@ class MemoryFile:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+    def _clean_at_open(self) -> None:
+        """Remove temp files a killed writer left, if they exist and no writer is busy now (never waits).
+
+        Safe: temp files are only created under the lock, so while we hold it none of them is being written.
+        When the lock is busy, the writer holding it (or the next one) cleans them instead.
+        """
+        pattern = f"{_TMP_PREFIX}{self.path.name}.*"
+        try:
+            if not any(self.path.parent.glob(pattern)):
+                return
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            with self._lock.acquire(blocking=False):
+                self._clean_stray_temp_files()
+        except (Timeout, OSError):
+            pass
 
     def _clean_stray_temp_files(self) -> None:
         """Remove temp files a killed writer left behind. Safe: we hold the lock, so no writer is mid-write."""
