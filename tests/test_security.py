@@ -254,6 +254,10 @@ def test_a_weak_signal_alone_does_not_block_but_is_reported() -> None:
         "=" * 40_000 + "[",
         ("ab" * 8) + " " + "0a " * 20_000,
         "send " + "x " * 30_000 + "to https://a.b",
+        "\n" * 50_000 + "attention model: # instructions",
+        "mode" + " " * 50_000 + ": on",
+        "1gn0r3 " + "a" * 100_000 + "1",
+        "ignore the " * 8_000 + "instructions",
     ],
 )
 def test_pathological_inputs_finish(text: str) -> None:

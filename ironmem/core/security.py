@@ -545,7 +545,7 @@ def _rule(
     """
     heads = list(heads)
     head_rx = "|".join(re.escape(h).replace(r"\ ", r"\s+") for h in sorted(heads, key=len, reverse=True))
-    pattern = re.compile(rf"{not_after}(?:{head_rx})\b{tail}", re.DOTALL)
+    pattern = re.compile(rf"{not_after}(?:{head_rx})\b(?:{tail})", re.DOTALL)
     pre_rx = re.compile(rf"(?:{pre})\Z", re.DOTALL) if pre else None
     _RULES.append(
         _Rule(
@@ -662,7 +662,7 @@ _INSTRUCTION_NOUNS = (
     r"(?:instructions?|directions?|directives?|rules?|guidelines?|prompts?|commands?|orders?|"
     r"context|constraints?|restrictions?|polic(?:y|ies)|programming|training|guardrails?|"
     r"safeguards?|filters?|limitations?|messages?|text|content|info|information|data|"
-    r"conversation|everything|documents?|snippets?|indicators?|"
+    r"conversation|everything|documents?|snippets?|indicators?|guidance|advice|"
     r"ethics|morals|principles|settings|configuration|boundaries)\b"
 )
 _rule(
@@ -670,7 +670,7 @@ _rule(
     "instruction_override",
     2,
     _OVERRIDE_VERBS,
-    rf"[\s\"'“‘:]+{_W3}{_DETERMINERS}\W+{_W3}{_INSTRUCTION_NOUNS}",
+    rf"[\s\"'“‘:]{{1,4}}{_W3}{_DETERMINERS}\W{{1,4}}{_W3}{_INSTRUCTION_NOUNS}",
     quotable=True,
 )
 _rule(
@@ -703,9 +703,9 @@ _rule(
     "io.new-instructions",
     "instruction_override",
     2,
-    _words("instructions instruction directives directive rules orders commands task"),
+    _words("instructions instruction directives directive rules rule orders order commands command task"),
     r"\s*(?:from\s+(?:the\s+|your\s+)?\w+(?:\s+\w+)?\s*)?(?:follow\s*)?[:\-—]",
-    pre=r"(?:(?:\A|(?<=[\n.!?:\[(>*#\]]))\s*(?:here\s+are\s+(?:your\s+|the\s+)?)?|\b(?:apply|follow|obey|use|execute|"
+    pre=r"(?:(?:\A|(?<=[\n.!?:\[(>*#\],]))\s*(?:here\s+are\s+(?:your\s+|the\s+)?)?|\b(?:apply|follow|obey|use|execute|"
     r"adopt)\s+(?:these\s+|the\s+following\s+|your\s+|the\s+|my\s+)?)(?:new|updated|revised|real|"
     r"actual|true|hidden|secret|additional|important|override|priority|urgent|replacement)\s+(?:system\s+|core\s+)?",
 )
@@ -732,7 +732,7 @@ _rule(
     "instruction_override",
     2,
     _words("system admin developer"),
-    r"\s*(?:\]|>|\*\*)?\s*:\s*(?:ignore|disregard|forget|you\b|the\s+(?:user|assistant|ai|model)|focus|print|"
+    r"[ \t]{0,3}(?:\]|>|\*\*)?[ \t]{0,3}:[ \t]{0,3}(?:ignore|disregard|forget|you\b|the\s+(?:user|assistant|ai|model)|focus|print|"
     r"output|reply|respond|from\s+now|always|never|do\s+not|don't|new\s+|override|reveal|obey|comply)",
 )
 _rule(
@@ -818,12 +818,27 @@ _rule(
     "io.override-checks",
     "instruction_override",
     2,
-    _words(
-        "scoring evaluation review checks check safety safeguards security guardrails filters filter "
-        "moderation alignment"
-    ),
-    pre=r"\b(?:override|overrides|overriding|bypass|bypassing|disable|disabling|turn\s+off|switch\s+off)\s+"
-    r"(?:\w+\s+){0,2}?",
+    _words("scoring evaluation safety safeguards security guardrails filters filter moderation alignment"),
+    pre=r"\b(?:override|overrides|overriding|bypass|bypassing|disable|disabling|turn\s+off|switch\s+off|"
+    r"deactivate)\s+(?:all\s+|any\s+|the\s+|your\s+|its\s+)?(?:\w+\s+){0,2}?",
+)
+_rule(
+    "io.disable-checks",
+    "instruction_override",
+    1,
+    _words("checks check review reviews verification validation scanning approval approvals confirmation"),
+    pre=r"\b(?:override|overriding|bypass|bypassing|disable|disabling|turn\s+off|switch\s+off|deactivate|skip|"
+    r"skipping)\s+(?:all\s+|any\s+|the\s+|your\s+|its\s+)?(?:\w+\s+){0,2}?",
+)
+_rule(
+    "io.skip-safety",
+    "instruction_override",
+    2,
+    _words("safety safeguards guardrails moderation alignment content"),
+    r"(?<=safety|ontent)\s+(?:checks?|filters?|filtering|guidelines|guardrails|rules|settings|measures|protocols|"
+    r"polic(?:y|ies)|restrictions|features|mechanisms|layers?|training|systems?)\b|(?:(?<=safeguards)|(?<=guardrails)|(?<=moderation)|(?<=alignment))\b",
+    pre=r"\b(?:skip|skipping|suspend|suspending|waive|ignore|ignoring|forget|drop)\s+(?:all\s+|any\s+|the\s+|your\s+|"
+    r"its\s+)?(?:\w+\s+){0,1}?",
 )
 _rule(
     "io.do-not-tell",
@@ -853,8 +868,8 @@ _rule(
     2,
     _words("obey trust prioritize prioritise") + ["follow only"],
     r"\s+(?:any|all|every|only)?\s*(?:\w+\s+){0,3}?(?:instructions?|messages?|commands?|text|content|"
-    r"requests?)\s+(?:\w+\s+){0,4}?(?:found|from|in|that\s+start|starting|prefixed|signed|marked|labell?ed|"
-    r"with|over|more\s+than|instead)",
+    r"requests?|links?|urls?|websites?|sources?|pages?|emails?|documents?)\s+(?:\w+\s+){0,4}?(?:found|from|in|"
+    r"that\s+start|starting|prefixed|signed|marked|labell?ed|with|over|more\s+than|instead)",
 )
 _rule(
     "io.fake-boundary",
@@ -982,7 +997,7 @@ _search_rule(
     "instruction_override",
     1,
     ["#"],
-    r"(?m)^\s*#{1,6}\s*(?:instructions?|system(?:\s+prompt)?|new\s+instructions|task|directive)\s*:?\s*$",
+    r"(?m)^[ \t]*#{1,6}[ \t]*(?:instructions?|system(?:[ \t]+prompt)?|new[ \t]+instructions|task|directive)[ \t]*:?[ \t]*$",
     word_gates=_words("instruction instructions system task directive"),
 )
 _rule(
@@ -1067,7 +1082,7 @@ _rule("rh.jailbreak-word", "role_hijack", 1, _words("jailbreak jailbroken jailbr
 _NO_LIMIT_NOUNS = _words(
     "restrictions limitations limits filters filtering censorship guidelines rules constraints boundaries "
     "morals morality ethics ethical moral policy policies safeguards guardrails restraints regulations "
-    "programming confines censors limit"
+    "programming confines censors limit filter restriction limitation guideline constraint censorship"
 )
 _rule(
     "rh.no-limits",
@@ -1222,7 +1237,7 @@ _rule(
     "role_hijack",
     1,
     _words("mode"),
-    r"\s*(?:[:=]\s*|\s+)(?:enabled|activated|engaged|unlocked)\b|\s*[:=]\s*on\b",
+    r"[ \t]{0,3}[:=]?[ \t]{0,3}(?:enabled|activated|engaged|unlocked)\b|[ \t]{0,3}[:=][ \t]{0,3}on\b",
 )
 _rule(
     "rh.liberated",
@@ -1508,6 +1523,80 @@ _rule(
     pre=r"\b(?:follow|obey|execute)\s+(?:the\s+instructions\s+in\s+|what\s+is\s+in\s+)?(?:this|the\s+following)\s+",
 )
 
+_rule(
+    "rh.you-free",
+    "role_hijack",
+    1,
+    _words("free"),
+    r"(?!\s+to\s+(?:choose|decide|ask|stop|leave|skip|use|pick|contact|reach))",
+    pre=r"\byou(?:'re|\s+are)\s+(?:now\s+|finally\s+|completely\s+)?",
+)
+_rule(
+    "rh.say-whatever",
+    "role_hijack",
+    1,
+    _words("whatever anything"),
+    r"\s+you\s+(?:want|like|wish|please)\b",
+    pre=r"(?<!can\s)(?<!could\s)(?<!may\s)(?<!will\s)(?<!to\s)\b(?:say|do|write|answer|generate|output)\s+",
+)
+_rule(
+    "rh.imperative-without",
+    "role_hijack",
+    2,
+    _NO_LIMIT_NOUNS,
+    pre=r"\b(?:act|respond|answer|reply|operate|behave|write|speak|talk|function|continue)\s+(?:now\s+)?(?:completely\s+|"
+    r"entirely\s+|fully\s+)?(?:without|free\s+of|free\s+from)\s+(?:any\s+|all\s+|your\s+|the\s+)?(?:\w+\s+){0,2}?",
+)
+_rule(
+    "io.above-void",
+    "instruction_override",
+    2,
+    _words("outdated obsolete void invalid fake irrelevant superseded cancelled canceled wrong deprecated"),
+    pre=r"\b(?:everything|all|anything|text|instructions|rules|content)\s+(?:\w+\s+){0,2}?(?:above|before|earlier|"
+    r"previously)\b(?:\s+\w+){0,3}?\s+(?:is|are|was|were)\s+(?:now\s+)?(?:\w+\s+)?",
+)
+_rule(
+    "io.below-only",
+    "instruction_override",
+    1,
+    _words("below"),
+    r"(?:\s+only)?",
+    pre=r"\b(?:act|focus|rely|respond)\s+(?:only\s+)?(?:on|to)\s+(?:the\s+)?(?:text|instructions|content|lines?|"
+    r"message)\s+",
+)
+_search_rule(
+    "io.vocative",
+    "instruction_override",
+    1,
+    (),
+    r"(?:^|(?<=[\n.!?]))[ \t]{0,3}(?:attention|note|hey|dear|hello|hi|listen)\s*,?\s*(?:the\s+)?(?:ai|model|assistant|llm|chatbot|"
+    r"gpt|claude|chatgpt|agent|bot)\s*[:,!]",
+    word_gates=_words("ai model assistant llm chatbot gpt claude chatgpt agent bot"),
+)
+_rule(
+    "io.authorize-you",
+    "instruction_override",
+    1,
+    _words("authorize authorise permit allow"),
+    r"\s+you\s+to\b",
+    pre=r"\bi\s+(?:hereby\s+)?",
+)
+_rule(
+    "io.real-instructions",
+    "instruction_override",
+    2,
+    _words("instructions rules orders task directives guidelines"),
+    r"\s+(?:are|is)\b",
+    pre=r"\b(?:your|the)\s+(?:real|true|actual|new|updated|secret|hidden)\s+",
+)
+_rule(
+    "io.instead-of-user",
+    "instruction_override",
+    1,
+    _words("instead"),
+    r"\s+of\s+(?:the\s+)?(?:user|user's|users|human|human's)\b",
+)
+
 # ---------------------------------------------------------------- system prompt extraction
 _EXTRACT_PRE = (
     r"\b(?:reveal|show|print|output|repeat|display|tell|give|share|leak|dump|return|echo|list|spell|"
@@ -1625,7 +1714,7 @@ _rule(
     "prompt_extraction",
     2,
     _words("sentence phrase text"),
-    r"\s*:?\s*[\"'“‘]?(?:i\s+was\s+(?:instructed|told|programmed)|my\s+(?:instructions|rules|prompt|system)|"
+    r"[ \t]{0,3}:?[ \t\n]{0,3}[\"'“‘]?(?:i\s+was\s+(?:instructed|told|programmed)|my\s+(?:instructions|rules|prompt|system)|"
     r"you\s+are)",
     pre=r"\b(?:complete|continue|finish)\s+(?:this|the\s+following)\s+",
 )
@@ -1670,6 +1759,22 @@ _rule(
     _words("initialization initialisation"),
     pre=r"\b(?:output|print|repeat|show|display|reveal|dump|give|return)\s+(?:me\s+)?(?:the\s+|your\s+)?"
     r"(?:full\s+|entire\s+|complete\s+|exact\s+)?",
+)
+_rule(
+    "pe.developer-told",
+    "prompt_extraction",
+    2,
+    _words("told instructed asked programmed"),
+    r"\s+you\b",
+    pre=r"\b(?:what|everything|anything|all)\s+(?:that\s+)?(?:your\s+|the\s+)?(?:developers?|creators?|operators?|"
+    r"owners?|makers?|openai|anthropic|system|admins?)\s+(?:have\s+|has\s+|had\s+)?",
+)
+_rule(
+    "pe.context-window",
+    "prompt_extraction",
+    2,
+    ["context window", "hidden parts", "hidden part", "full context", "entire context"],
+    pre=r"\b(?:output|print|show|display|dump|repeat|reveal|paste|give|list|share|tell)\s+(?:me\s+)?(?:\S+\s+){0,4}?",
 )
 _rule(
     "pe.how-configured",
@@ -1795,7 +1900,7 @@ def _url_placeholder_findings(v: _Views, found: dict[str, Finding]) -> None:
     if "//" not in v.dec or "=" not in v.dec:
         return
     for m in _URL_QUERY_RE.finditer(v.dec):
-        url = m.group(0)
+        url = v.dec[m.start() : m.end() + 60]  # a placeholder may hold spaces: <last user message>
         if "=" not in url:
             continue
         if _PH_DATA_RE.search(url) or _PH_CAPS_RE.search(url):
@@ -2026,6 +2131,22 @@ _rule(
     window=70,
 )
 _rule(
+    "sh.reply-with-secret",
+    "secret_harvesting",
+    2,
+    _words("password passwords key keys token tokens secret secrets credentials"),
+    pre=r"\b(?:respond|reply|answer)\s+(?:\w+\s+){0,4}?with\s+(?:the\s+|your\s+|my\s+|their\s+)?(?:\w+\s+)?",
+)
+_rule(
+    "sh.confidential",
+    "secret_harvesting",
+    2,
+    _words("confidential sensitive private internal secret classified proprietary"),
+    r"\s+(?:data|information|info|details|documents|files|records|notes|keys|material)\b",
+    pre=r"\b(?:reveal|leak|share|disclose|expose|dump|print|output|send|exfiltrate|give\s+me|show\s+me|tell\s+me)\s+"
+    r"(?:all\s+|any\s+|the\s+|your\s+|their\s+)?(?:\w+\s+)?",
+)
+_rule(
     "sh.harvest-verb",
     "secret_harvesting",
     1,
@@ -2182,9 +2303,16 @@ _rule(
     "ps.has-approved",
     "persistence",
     1,
-    _words("approved authorized consented agreed"),
-    r"\s+(?:that|to|all|any|every)\b",
+    _words("approved authorized authorised consented agreed granted"),
+    r"\s+(?:that|to|all|any|every|permission|you)\b",
     pre=r"\b(?:has|have)\s+(?:already\s+)?",
+)
+_rule(
+    "ps.any-without-asking",
+    "persistence",
+    1,
+    _words("asking checking confirming confirmation approval permission"),
+    pre=r"\b(?:any|all|every)\s+(?:\w+\s+){0,3}?without\s+(?:first\s+|ever\s+)?",
 )
 _rule(
     "ps.skip-confirm",
@@ -2198,7 +2326,7 @@ _rule(
     "persistence",
     2,
     _words("proxycommand localforward remoteforward"),
-    r"\s+[^\n]{0,80}?(?:\bnc\b|" + _IP + r"|curl|bash)",
+    r"[ \t]{1,5}[^\n]{0,80}?(?:\bnc\b|" + _IP + r"|curl|bash)",
 )
 _rule(
     "ps.hidden-binary",
@@ -2313,6 +2441,15 @@ _search_rule(
     view="norm",
 )
 _search_rule(
+    "ml.zh-extract-ba",
+    "prompt_extraction",
+    2,
+    ["系统提示", "系統提示", "初始指令", "提示词", "提示詞", "系统指令", "系統指令"],
+    r"(?:系统提示词?|系統提示詞?|初始指令|原始指令|隐藏指令|系统指令|系統指令|提示词|提示詞)[^。\n]{0,12}?"
+    r"(?:输出|輸出|显示|顯示|告诉|告訴|打印|发给|發給|给我|給我|展示|复述|複述|重复|重複|泄露|透露)",
+    view="norm",
+)
+_search_rule(
     "ml.zh-role-free",
     "role_hijack",
     1,
@@ -2394,6 +2531,15 @@ _rule(
     view="norm",
 )
 _rule(
+    "ml.romance-forget-all",
+    "instruction_override",
+    2,
+    _words("olvida olvide ignora ignore oublie oubliez dimentica esquece"),
+    r"\s+(?:todo|tout|tutto|tudo)\s+(?:lo\s+|ce\s+qui\s+|quello\s+|o\s+)?(?:anterior|précède|precede|precedente|"
+    r"dicho|dit|detto|que\s+te\s+dijeron|qu'on\s+t'a\s+dit)",
+    view="norm",
+)
+_rule(
     "ml.romance-extract",
     "prompt_extraction",
     2,
@@ -2451,6 +2597,12 @@ _rule(
         "ahora eres",
         "agora você é",
         "ora sei",
+        "actúa como",
+        "actua como",
+        "agis comme",
+        "agisci come",
+        "aja como",
+        "age como",
     ],
     r"",
     view="norm",
@@ -2484,7 +2636,16 @@ _rule(
     2,
     _words("zeige zeig gib nenne wiederhole verrate drucke offenbare"),
     r"\s+(?:\w+\s+){0,3}?(?:system-?prompt\w*|systemnachricht|systemanweisung\w*|ursprünglichen\s+anweisungen|"
-    r"anfänglichen\s+anweisungen|versteckten\s+anweisungen|anfangsanweisungen|deine\s+anweisungen)",
+    r"anfänglichen\s+anweisungen|versteckten\s+anweisungen|anfangsanweisungen|deine\s+anweisungen|"
+    r"dein(?:en)?\s+prompt\w*)",
+    view="norm",
+)
+_rule(
+    "ml.de-forget-all",
+    "instruction_override",
+    2,
+    _words("vergiss vergessen"),
+    r"\s+(?:sie\s+)?alles,?\s+was\s+(?:dir|ihnen|man\s+dir)\s+(?:gesagt|befohlen|aufgetragen|beigebracht)",
     view="norm",
 )
 _rule(
@@ -2524,7 +2685,9 @@ _rule(
     "ml.ru-override",
     "instruction_override",
     2,
-    _words("игнорируй игнорируйте проигнорируй забудь забудьте отбрось пропусти")
+    _words(
+        "игнорируй игнорируйте проигнорируй игнорировать проигнорировать забудь забудьте забыть отбрось пропусти"
+    )
     + ["не обращай внимания на", "не слушай"],
     r"\s+(?:\w+\s+){0,4}?(?:инструкци\w*|указани\w*|правил\w*|команд\w*|ограничени\w*)",
     view="norm",
@@ -2533,7 +2696,10 @@ _rule(
     "ml.ru-extract",
     "prompt_extraction",
     2,
-    _words("покажи выведи раскрой повтори напечатай сообщи скажи"),
+    _words(
+        "покажи выведи раскрой повтори напечатай сообщи скажи расскажи рассказать показать вывести раскрыть "
+        "повторить напечатать напиши написать"
+    ),
     r"\s+(?:\w+\s+){0,3}?(?:системн\w+\s+(?:промпт\w*|подсказк\w*|сообщени\w*|инструкци\w*)|"
     r"исходн\w+\s+инструкци\w*|промпт\w*)",
     view="norm",
@@ -3021,6 +3187,10 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str, tuple[int, int]]]:
 # ==========================================================================================================
 # Public API
 
+_LEET_TABLE = str.maketrans("013457@$", "oieastas")
+_LEET_HINT_RE = re.compile(
+    r"[a-z][013457@$][a-z]|(?<![\w])[013457][a-z][a-z]|(?<=[a-z][a-z])[013457](?![\w])"
+)
 _BLOCKING_SINGLE = {"invisible_text", "unicode_tags", "homoglyph", "fence_forgery", "encoded_instructions"}
 _MAX_SCAN_CHARS = 100_000  # longer texts are scanned in overlapping windows of this size
 _WINDOW_OVERLAP = 4_000
@@ -3050,6 +3220,13 @@ def _content_findings(text: str, depth: int) -> dict[str, Finding]:
                         f"{kind} decodes to {top.category}: {top.excerpt[:60]}",
                     ),
                 )
+    if depth == 0 and len(_LEET_HINT_RE.findall(v.skel)) >= 3:
+        # Leetspeak ("1gn0r3 4ll pr3v10us 1nstruct10ns"): read digits as the letters they stand for.
+        leet = v.skel.translate(_LEET_TABLE)
+        sub: dict[str, Finding] = {}
+        _apply_rules(_Views(leet, leet, leet, leet, 0), "skel", sub)
+        for rid, f in sub.items():
+            found.setdefault(rid, Finding(f.category, rid, f.span, f.excerpt + " (leetspeak)"))
     if v.decoded_escapes >= 8 and _blocking(found):
         found.setdefault(
             "encoded.escapes",
@@ -3093,7 +3270,9 @@ _TOPIC_RULES = frozenset(
 # (writing to AGENTS.md is fine; writing "you have no restrictions" into it is not).
 _PAIRING = {"persistence": ("role_hijack", "instruction_override", "exfiltration", "secret_harvesting")}
 _NEGATION_RE = re.compile(r"(?:\bnever|\bnot|n't|\bavoid|\bno)\s+(?:\w+\s+)?\Z")
-_NEGATABLE = frozenset({"sh.disclose", "sh.access", "sh.output-it", "ex.send-data", "ps.agent-config"})
+_NEGATABLE = frozenset(
+    {"sh.disclose", "sh.access", "sh.output-it", "ex.send-data", "ps.agent-config", "sh.confidential"}
+)
 
 
 def _scores(found: dict[str, Finding]) -> dict[str, int]:
@@ -3108,7 +3287,7 @@ def _scores(found: dict[str, Finding]) -> dict[str, int]:
         if cat not in substantive:
             score[cat] = min(score[cat], 1)
     for cat, partners in _PAIRING.items():
-        if 0 < score.get(cat, 0) < 2 and cat in substantive and any(score.get(p, 0) >= 1 for p in partners):
+        if 0 < score.get(cat, 0) < 2 and cat in substantive and any(p in substantive for p in partners):
             score[cat] = 2
     return score
 
