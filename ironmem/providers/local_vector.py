@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import threading
 import time
@@ -33,6 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.provider import MemoryProvider, ToolSchema
 from ._embedding import Embedder, as_embedder, describe_embedder
+from ._tools import ToolArgumentError, search_args, search_schema
+from ._tools import err as _err
+from ._tools import ok as _ok
 
 __all__ = ["LocalVectorProvider", "LocalVectorSettings", "sqlite_driver"]
 
@@ -41,20 +43,12 @@ log = logging.getLogger("ironmem.providers.local_vector")
 DB_FILE = "local_vector.db"
 DEFAULT_USER = "default"
 
-SEARCH_TOOL = ToolSchema(
-    name="vector_memory_search",
-    description=(
+SEARCH_TOOL = search_schema(
+    "vector_memory_search",
+    (
         "Search long-term memory by meaning (not just exact words). Returns saved facts and past exchanges "
         "with their ids and similarity scores."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What to look for, in natural language."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "Maximum results (default 5)."},
-        },
-        "required": ["query"],
-    },
 )
 WRITE_TOOL = ToolSchema(
     name="vector_memory_write",
@@ -73,13 +67,6 @@ WRITE_TOOL = ToolSchema(
     },
 )
 
-
-def _ok(**fields: Any) -> str:
-    return json.dumps({"success": True, **fields}, ensure_ascii=False)
-
-
-def _err(message: str, **fields: Any) -> str:
-    return json.dumps({"success": False, "error": message, **fields}, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -469,12 +456,7 @@ class LocalVectorProvider(MemoryProvider):
             if not isinstance(args, dict):
                 return _err(f"arguments for {name!r} must be a JSON object")
             if name == SEARCH_TOOL.name:
-                query = args.get("query")
-                if not isinstance(query, str) or not query.strip():
-                    return _err("'query' is required: the text to search for")
-                limit = args.get("limit", self.top_k)
-                if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
-                    return _err(f"'limit' must be an integer from 1 to 20, got {limit!r}")
+                query, limit = search_args(args, self.top_k)
                 hits = self.search(query, limit=limit)
                 return _ok(results=hits, count=len(hits))
             if name == WRITE_TOOL.name:
@@ -493,6 +475,8 @@ class LocalVectorProvider(MemoryProvider):
                     return _ok(forgotten=mem_id)
                 return _err(f"'action' must be 'save' or 'forget', got {action!r}")
             return _err(f"unknown tool {name!r}; {self.name} provides {SEARCH_TOOL.name} and {WRITE_TOOL.name}")
+        except ToolArgumentError as exc:
+            return _err(str(exc))
         except Exception as exc:  # a tool result, never an exception, goes back to the model
             log.exception("local_vector tool %r failed", name)
             return _err(f"{name} failed: {type(exc).__name__}: {exc}")

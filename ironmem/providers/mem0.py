@@ -31,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import threading
@@ -42,6 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ..core.provider import MemoryProvider, ToolSchema
 from ._embedding import Embedder, as_embedder
+from ._tools import ToolArgumentError, search_args, search_schema
+from ._tools import err as _err
+from ._tools import ok as _ok
 
 __all__ = ["Mem0Provider", "Mem0Settings"]
 
@@ -53,17 +55,9 @@ COLLECTION = "ironmem"
 _UNUSED_LLM = {"api_key": "ironmem-infer-disabled", "openai_base_url": "http://127.0.0.1:9/v1", "model": "unused"}
 _SOURCE_KEY = "ironmem_source"
 
-SEARCH_TOOL = ToolSchema(
-    name="mem0_search",
-    description="Search long-term memory (Mem0) for facts about the user and past conversations.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What to look for, in natural language."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "Maximum results (default 5)."},
-        },
-        "required": ["query"],
-    },
+SEARCH_TOOL = search_schema(
+    "mem0_search",
+    "Search long-term memory (Mem0) for facts about the user and past conversations.",
 )
 ADD_TOOL = ToolSchema(
     name="mem0_add",
@@ -84,13 +78,6 @@ FORGET_TOOL = ToolSchema(
     },
 )
 
-
-def _ok(**fields: Any) -> str:
-    return json.dumps({"success": True, **fields}, ensure_ascii=False, default=str)
-
-
-def _err(message: str, **fields: Any) -> str:
-    return json.dumps({"success": False, "error": message, **fields}, ensure_ascii=False, default=str)
 
 
 def _quiet_mem0(telemetry: bool) -> None:
@@ -614,12 +601,7 @@ class Mem0Provider(MemoryProvider):
             if not isinstance(args, dict):
                 return _err(f"arguments for {name!r} must be a JSON object")
             if name == SEARCH_TOOL.name:
-                query = args.get("query")
-                if not isinstance(query, str) or not query.strip():
-                    return _err("'query' is required: the text to search for")
-                limit = args.get("limit", self.top_k)
-                if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
-                    return _err(f"'limit' must be an integer from 1 to 20, got {limit!r}")
+                query, limit = search_args(args, self.top_k)
                 hits = self.search(query, limit=limit)
                 return _ok(results=hits, count=len(hits))
             if name == ADD_TOOL.name:
@@ -636,6 +618,8 @@ class Mem0Provider(MemoryProvider):
                     return _err(f"no memory with id {memory_id!r} for this user; search first to find the id")
                 return _ok(forgotten=memory_id)
             return _err(f"unknown tool {name!r}; mem0 provides mem0_search, mem0_add and mem0_forget")
+        except ToolArgumentError as exc:
+            return _err(str(exc))
         except Exception as exc:  # a tool result, never an exception, goes back to the model
             log.exception("mem0 tool %r failed", name)
             return _err(f"{name} failed: {type(exc).__name__}: {exc}")
