@@ -109,7 +109,7 @@ def evaluate(rows: list[dict], blocked: Callable[[str], bool]) -> dict:
     return out
 
 
-def timing(blocked: Callable[[str], bool], texts: list[str], repeat: int = 7) -> dict:
+def timing(blocked: Callable[[str], bool], texts: list[str], repeat: int = 15) -> dict:
     """Best-of-``repeat`` CPU time per text (process time, so other load on the machine counts less)."""
     best = float("inf")
     for _ in range(repeat):
@@ -222,7 +222,7 @@ def main() -> None:
             f"baseline blocks {docs_base} ({docs_base / len(docs) * 100:.2f}%)"
         )
     print(
-        "\nspeed: CPU time per 2,200-character entry, best of 7 passes "
+        "\nspeed: CPU time per 2,200-character entry, best of 15 passes "
         "(process time; p50/p99 from single scans)"
     )
     print(

@@ -1564,14 +1564,13 @@ _rule(
     pre=r"\b(?:act|focus|rely|respond)\s+(?:only\s+)?(?:on|to)\s+(?:the\s+)?(?:text|instructions|content|lines?|"
     r"message)\s+",
 )
-_search_rule(
+_rule(
     "io.vocative",
     "instruction_override",
     1,
-    (),
-    r"(?:^|(?<=[\n.!?]))[ \t]{0,3}(?:attention|note|hey|dear|hello|hi|listen)\s*,?\s*(?:the\s+)?(?:ai|model|assistant|llm|chatbot|"
-    r"gpt|claude|chatgpt|agent|bot)\s*[:,!]",
-    word_gates=_words("ai model assistant llm chatbot gpt claude chatgpt agent bot"),
+    _words("attention note hey dear hello hi listen"),
+    r"[ \t]{0,3},?[ \t]{0,3}(?:the[ \t]+)?(?:ai|model|assistant|llm|chatbot|gpt|claude|chatgpt|agent|bot)[ \t]{0,3}[:,!]",
+    not_after=r"(?<![^\s.!?])",
 )
 _rule(
     "io.authorize-you",
@@ -3188,9 +3187,19 @@ def _decoded_payloads(v: _Views) -> list[tuple[str, str, tuple[int, int]]]:
 # Public API
 
 _LEET_TABLE = str.maketrans("013457@$", "oieastas")
-_LEET_HINT_RE = re.compile(
-    r"[a-z][013457@$][a-z]|(?<![\w])[013457][a-z][a-z]|(?<=[a-z][a-z])[013457](?![\w])"
+# Shape of the text for a cheap leetspeak test: letters -> "a", leet digits -> "1", anything else -> " ".
+_LEET_SHAPE = str.maketrans(
+    {chr(c): ("a" if chr(c).isalpha() else "1" if chr(c) in "013457@$" else " ") for c in range(128)}
 )
+
+
+def _leet_hints(skel: str) -> int:
+    """How many words mix letters with the digits leetspeak uses ("1gn0r3", "pr3v10us")."""
+    ascii_skel = skel if skel.isascii() else skel.encode("ascii", "replace").decode("ascii")
+    shape = " " + ascii_skel.translate(_LEET_SHAPE) + " "
+    return shape.count("a1a") + shape.count(" 1aa") + shape.count("aa1 ")
+
+
 _BLOCKING_SINGLE = {"invisible_text", "unicode_tags", "homoglyph", "fence_forgery", "encoded_instructions"}
 _MAX_SCAN_CHARS = 100_000  # longer texts are scanned in overlapping windows of this size
 _WINDOW_OVERLAP = 4_000
@@ -3220,7 +3229,7 @@ def _content_findings(text: str, depth: int) -> dict[str, Finding]:
                         f"{kind} decodes to {top.category}: {top.excerpt[:60]}",
                     ),
                 )
-    if depth == 0 and len(_LEET_HINT_RE.findall(v.skel)) >= 3:
+    if depth == 0 and _leet_hints(v.skel) >= 3:
         # Leetspeak ("1gn0r3 4ll pr3v10us 1nstruct10ns"): read digits as the letters they stand for.
         leet = v.skel.translate(_LEET_TABLE)
         sub: dict[str, Finding] = {}
