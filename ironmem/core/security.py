@@ -491,6 +491,7 @@ class _Rule:
     window: int = 100
     gates: frozenset[str] = frozenset()  # when set, one of these words must occur somewhere in the text
     pre_words: frozenset[str] = frozenset()  # when set, the look-back needs one of these words in the text
+    sub_gates: tuple[str, ...] = ()  # when set, one of these substrings must occur in the text
 
 
 _RULES: list[_Rule] = []
@@ -537,6 +538,7 @@ def _rule(
     window: int = 100,
     gates: Iterable[str] = (),
     not_after: str = "",
+    sub_gates: Iterable[str] = (),
 ) -> None:
     """A rule anchored at one of ``heads`` (literal words or phrases) and followed by the regex ``tail``.
 
@@ -561,12 +563,21 @@ def _rule(
             window,
             frozenset(gates),
             _pre_words(pre) if pre else frozenset(),
+            tuple(sub_gates),
         )
     )
 
 
 def _anchored_rule(
-    rid: str, category: str, weight: int, anchors: Iterable[str], regex: str, *, pre: str, window: int = 100
+    rid: str,
+    category: str,
+    weight: int,
+    anchors: Iterable[str],
+    regex: str,
+    *,
+    pre: str,
+    window: int = 100,
+    sub_gates: Iterable[str] = (),
 ) -> None:
     """A rule whose ``regex`` is tried at each occurrence of one of the ``anchors`` words (with ``pre``)."""
     _RULES.append(
@@ -582,6 +593,7 @@ def _anchored_rule(
             re.compile(rf"(?:{pre})\Z", re.DOTALL),
             window,
             pre_words=_pre_words(pre),
+            sub_gates=tuple(sub_gates),
         )
     )
 
@@ -679,6 +691,7 @@ _rule(
     2,
     ["system override", "system prompt override", "admin override", "developer override", "safety override"],
     quotable=True,
+    gates=["override"],
 )
 _rule(
     "io.override-prior",
@@ -726,6 +739,7 @@ _rule(
     _words("system admin administrator developer root operator security openai anthropic"),
     r"\s*(?:message|override|instructions?|command|directive|prompt\s+override|mandate|notice)\s*"
     r"(?::|\]|::|-{2,}|!)",
+    gates=_words("message override instruction instructions command directive mandate notice"),
 )
 _rule(
     "io.role-line",
@@ -1012,18 +1026,16 @@ _rule(
     "io.fake-history",
     "instruction_override",
     2,
-    [
-        "continuing from our previous conversation",
-        "continuing from our last conversation",
-        "continue from our previous conversation",
-        "where you agreed",
-        "you agreed to",
-        "you already agreed",
-        "as you promised",
-        "as you agreed",
-        "you previously agreed",
-        "you have agreed to",
-    ],
+    _words("agreed promised"),
+    r"(?:\s+to\b|,|\.|\s+earlier|\s+before)",
+    pre=r"\b(?:where\s+you|you|you\s+already|you\s+previously|you\s+have|as\s+you|you've)\s+",
+)
+_rule(
+    "io.fake-continuation",
+    "instruction_override",
+    2,
+    _words("continuing continue"),
+    r"\s+from\s+(?:our|the)\s+(?:previous|last|earlier|prior)\s+(?:conversation|chat|session|discussion)",
 )
 
 # ---------------------------------------------------------------- role hijack / jailbreak persona
@@ -1202,6 +1214,7 @@ _rule(
     2,
     ["from now on"],
     r",?\s+you(?:\s+are|'re|\s+will\s+(?:be|act|respond|answer|play|pretend|simulate|roleplay))\s+(?!going\b)\w+",
+    gates=["now"],
 )
 _rule(
     "rh.going-to-be",
@@ -2016,7 +2029,13 @@ _search_rule(
     r"message|history|chat|summary|data|email|request|query|input|secret|key|token|password|memory)",
     word_gates=_words("followed plus then"),
 )
-_rule("ex.ip-dest", "exfiltration", 1, _words("http https ftp"), r"://" + _IP)
+_search_rule(
+    "ex.ip-dest",
+    "exfiltration",
+    1,
+    ["://"],
+    r"://(?!127\.|0\.0\.0\.0)\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\d.])",
+)
 
 # ---------------------------------------------------------------- secret harvesting
 _SECRET_LOC = (
@@ -2356,6 +2375,7 @@ _anchored_rule(
     r"(?:(?<=<)|(?<=</)|(?<=< )|(?<=</ ))(?:system|assistant|instruction|sys)\s*>|"
     r"(?:(?<=\[)|(?<=\[/))system\]|(?<=\[)admin\s+request::",
     pre="",
+    sub_gates=("<", "["),
     window=0,
 )
 
@@ -2861,6 +2881,7 @@ def _apply_rules(
             for r in index[w]
             if (not r.gates or not r.gates.isdisjoint(words))
             and (not r.pre_words or not r.pre_words.isdisjoint(words))
+            and (not r.sub_gates or any(g in view for g in r.sub_gates))
         ]
         if rules:
             hits.extend((pos, rules) for pos in _word_positions(view, w))
