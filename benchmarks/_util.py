@@ -46,6 +46,8 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
 
 
 def fmt_ms(value: float) -> str:
+    if value < 0.1:
+        return f"{value:.3f}"
     if value >= 100:
         return f"{value:,.0f}"
     if value >= 10:
