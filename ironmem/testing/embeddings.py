@@ -126,6 +126,7 @@ def _langchain_class() -> Any:
             """:class:`HashingEmbedder` as a LangChain ``Embeddings`` (accepted by mem0's ``langchain`` embedder).
 
             Example:
+                >>> from ironmem.testing.embeddings import HashingEmbeddings
                 >>> len(HashingEmbeddings(dims=16).embed_documents(["a b", "c"]))
                 2
             """

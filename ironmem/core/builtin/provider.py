@@ -110,9 +110,9 @@ class BuiltinMemoryProvider(MemoryProvider):
                 verdict = scan(op.content)
                 if verdict.blocked:
                     raise OperationError(
-                        f"refused by the security scan ({verdict.reason}): memory is shown to the model in every "
-                        "future session, so it must not contain instructions, hidden text, secrets or links that "
-                        "send data out. Rephrase it as a plain fact; nothing was written"
+                        f"refused by the security scan ({verdict.reason}): {verdict.describe()}. Memory is shown "
+                        "to the model in every future session, so it must not contain instructions, hidden text, "
+                        "secrets or links that send data out. Rephrase it as a plain fact; nothing was written"
                     )
         with ExitStack() as stack:
             # Lock every file the batch touches, always in the same order, so two batches cannot deadlock.
