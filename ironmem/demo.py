@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .core.errors import EncodingUnavailableError
 from .core.fence import FENCE_CLOSE, FENCE_OPEN
 from .core.manager import MemoryManager
 from .core.provider import ToolSchema
@@ -283,6 +284,8 @@ class DemoResult:
     cache: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     seconds: float = 0.0
+    #: Why the token and cache report was left out (the tokenizer's encoding could not be loaded), else None.
+    tokens_unavailable: str | None = None
 
     def hashes(self, session: int) -> list[str]:
         return [r.system_hash for r in self.requests if r.session == session]
@@ -299,6 +302,7 @@ class DemoResult:
             "token_report": self.token_report.to_dict() if self.token_report is not None else None,
             "cache_simulation": self.cache,
             "usage": self.usage,
+            "tokens_unavailable": self.tokens_unavailable,
             "seconds": round(self.seconds, 3),
         }
 
@@ -804,7 +808,13 @@ def run_demo(
             raise DemoError(
                 f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)"
             )
-    counter = TokenCounter()
+    counter: TokenCounter | None = None
+    tokens_unavailable: str | None = None
+    try:
+        counter = TokenCounter()  # loads the encoding: offline without TIKTOKEN_CACHE_DIR it cannot
+    except EncodingUnavailableError as exc:
+        # The agent loop and the memory need no tokenizer: run them, and say why the figures are missing.
+        counter, tokens_unavailable = None, str(exc)
     started = time.perf_counter()
     tmp = None
     if home is None:
@@ -827,10 +837,12 @@ def run_demo(
                 snapshots.setdefault(
                     request.session, request.system_blocks[-1] if request.system_blocks else ""
                 )
-            report_session = manager.start_session(f"demo-{tag}-report", user_id="ada")
-            report_session.prefetch(SCRIPT[-1].user)
-            report = TokenReport.for_session(report_session, counter)
-            report_session.end()
+            report = None
+            if counter is not None:
+                report_session = manager.start_session(f"demo-{tag}-report", user_id="ada")
+                report_session.prefetch(SCRIPT[-1].user)
+                report = TokenReport.for_session(report_session, counter)
+                report_session.end()
         result = DemoResult(
             framework=framework,
             model=model or (type(chat_model).__name__ if chat_model is not None else "scripted (offline)"),
@@ -839,8 +851,9 @@ def run_demo(
             requests=requests,
             snapshots=snapshots,
             token_report=report,
-            cache=simulate_requests(requests, counter=counter),
+            cache=simulate_requests(requests, counter=counter) if counter is not None else [],
             usage=meter.to_dict() if meter is not None else None,
+            tokens_unavailable=tokens_unavailable,
         )
     finally:
         if tmp is not None:
@@ -942,8 +955,27 @@ def print_demo(result: DemoResult, console: Any) -> None:
         )
 
     console.print(Rule("tokens"))
+    if result.tokens_unavailable:
+        console.print(Text(f"token and cache report skipped: {result.tokens_unavailable}", style="yellow"))
     if result.token_report is not None:
         print_token_report(result.token_report, console)
+    if result.cache:
+        _print_cache(result, console)
+    if result.usage is not None:
+        console.print(Rule(f"cached tokens reported by {result.model}"))
+        u = result.usage
+        console.print(
+            Text(
+                f"{u['requests']} responses with usage: {u['input_tokens']:,} input tokens, {u['cache_read']:,} read "
+                f"from cache ({u['cached_share']:.1%}), {u['cache_write']:,} written to cache"
+            )
+        )
+    console.print(Text(f"done in {result.seconds:.1f}s", style="dim"))
+
+
+def _print_cache(result: DemoResult, console: Any) -> None:
+    from rich.rule import Rule
+    from rich.table import Table
 
     console.print(Rule("prefix cache over the demo's recorded requests (simulated)"))
     cache = Table(
@@ -976,16 +1008,6 @@ def print_demo(result: DemoResult, console: Any) -> None:
             *[f"{row['per_request'][i]['cached']:,}" for row in result.cache],
         )
     console.print(per)
-    if result.usage is not None:
-        console.print(Rule(f"cached tokens reported by {result.model}"))
-        u = result.usage
-        console.print(
-            Text(
-                f"{u['requests']} responses with usage: {u['input_tokens']:,} input tokens, {u['cache_read']:,} read "
-                f"from cache ({u['cached_share']:.1%}), {u['cache_write']:,} written to cache"
-            )
-        )
-    console.print(Text(f"done in {result.seconds:.1f}s", style="dim"))
 
 
 def _clip(text: str, limit: int) -> str:

@@ -317,6 +317,17 @@ def test_demo_runs_a_real_langchain_agent_loop_offline() -> None:
     assert record["usage"] is None
 
 
+def test_demo_without_tokenizer_files_still_runs_the_agent_and_says_why(tmp_path: Path) -> None:
+    # An empty encoding cache and a proxy that refuses: tiktoken can neither find nor download its encoding.
+    empty = tmp_path / "no-encodings"
+    empty.mkdir()
+    blocked = {"TIKTOKEN_CACHE_DIR": str(empty), "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    proc = run("demo", env=blocked)
+    assert proc.returncode == 0, proc.stderr
+    assert "session 2" in proc.stdout and "constant" in proc.stdout
+    assert "token and cache report skipped" in proc.stdout and "TIKTOKEN_CACHE_DIR" in proc.stdout
+
+
 def test_demo_runs_a_real_llama_index_function_agent_offline() -> None:
     proc = run("demo", "--framework", "llama-index", "--json")
     assert proc.returncode == 0, proc.stderr
