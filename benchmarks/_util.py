@@ -60,7 +60,9 @@ def fmt_ratio(value: float | None) -> str:
         return "-"
     if value >= 100:
         return f"{value:,.0f}x"
-    return f"{value:.1f}x" if value >= 1 else f"{value:.2f}x"
+    if value >= 1:
+        return f"{value:.1f}x"
+    return f"{value:.2f}x" if value >= 0.01 else f"{value:.3f}x"
 
 
 def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
