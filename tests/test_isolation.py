@@ -96,3 +96,12 @@ def test_hanging_prefetch_is_bounded_and_sync_is_ordered(home) -> None:
         session.end()  # drains the background queue
         assert hanging.synced == [f"turn {i}" for i in range(5)]
         hanging.release.set()
+
+
+def test_a_failing_index_write_does_not_break_the_turn(manager: MemoryManager) -> None:
+    session = manager.start_session("s1")
+    manager.builtin.index.close()  # every later write to the index fails
+    session.sync_turn("hello", "hi")  # logged and reported, not raised
+    assert session.turns_synced == 0
+    builtin = manager.health("builtin")
+    assert builtin.state == "degraded" and "could not index" in builtin.reason

@@ -85,3 +85,14 @@ def test_index_rebuilds_when_it_lags_the_turns(tmp_path: Path) -> None:
     idx.close()
     reopened = SearchIndex(tmp_path / "s.db")
     assert texts(reopened.search("falcon")) == ["User: the falcon has landed\nAssistant: ok"]
+
+
+def test_a_chinese_sentence_finds_turns_sharing_its_words(tmp_path: Path) -> None:
+    idx = SearchIndex(tmp_path / "s.db")
+    idx.add_turn("s1", "下周要去杭州出差", "好的", user_id=None)
+    idx.add_turn("s2", "帮我订一张机票", "已订", user_id=None)
+    idx.add_turn("s3", "今天天气不错", "是的", user_id=None)
+    found = texts(idx.search("去杭州的机票多少钱"))
+    assert any("杭州" in t for t in found) and any("机票" in t for t in found)
+    assert not any("天气" in t for t in found)
+    idx.close()

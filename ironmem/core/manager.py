@@ -6,6 +6,7 @@ Data flows one way: adapter -> Session -> providers -> storage.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -37,6 +38,10 @@ MAX_EXTERNAL_TOOLS = 4
 #: Past-turn hits the built-in layer adds to a recall.
 RECALL_TURNS = 3
 RECALL_ITEM_CHARS = 600
+
+
+#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
+_scan_recalled = functools.lru_cache(maxsize=4096)(scan)
 
 
 def default_home() -> Path:
@@ -595,7 +600,7 @@ class Session:
             if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
                 continue
             seen.add(key)
-            verdict = scan(item.text)
+            verdict = _scan_recalled(item.text)
             if verdict.blocked:
                 reason = f"{item.source}: {verdict.reason}"
                 log.warning("recalled item dropped by the security scan (%s)", reason)
@@ -679,8 +684,14 @@ class Session:
         if not (user or "").strip() and not (assistant or "").strip():
             return
         manager = self.manager
-        manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id)
-        self.turns_synced += 1
+        try:
+            manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id)
+        except Exception as exc:  # a full disk or a locked database must not break the agent's turn
+            log.error("could not index the turn of session %s: %s", self.id, exc)
+            manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")
+        else:
+            manager._health["builtin"].ok("sync_turn")
+            self.turns_synced += 1
         external, guard = manager.external, manager._guard
         if external is not None and guard is not None:
             clean_user, clean_assistant = redact_secrets(user or ""), redact_secrets(assistant or "")

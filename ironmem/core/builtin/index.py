@@ -96,6 +96,10 @@ def cjk_terms(text: str) -> str:
     return _CJK_RUN.sub(expand, text)
 
 
+#: A CJK run up to this many characters is matched as a phrase (a word or compound); a longer one by its bigrams.
+CJK_PHRASE_MAX = 4
+
+
 def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
@@ -103,8 +107,8 @@ def _quote(token: str) -> str:
 def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> list[str]:
     """The FTS5 clauses of ``text``, one per distinct word, each safe to use alone as a MATCH expression.
 
-    A CJK run becomes a phrase of its bigrams (a single character becomes a prefix query); other words are
-    quoted so FTS5 syntax in user text is never interpreted.
+    A short CJK run becomes a phrase of its bigrams, a longer one (a sentence) its separate bigrams, a single
+    character a prefix query; other words are quoted so FTS5 syntax in user text is never interpreted.
     """
     clauses: list[str] = []
     seen: set[str] = set()
@@ -114,11 +118,18 @@ def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24
             continue
         seen.add(key)
         if _CJK_RUN.fullmatch(word):
+            grams = [word[i : i + 2] for i in range(len(word) - 1)]
             if len(word) == 1:
                 clauses.append(_quote(word) + "*")
-            else:
-                grams = [word[i : i + 2] for i in range(len(word) - 1)]
+            elif len(word) <= CJK_PHRASE_MAX:
                 clauses.append(_quote(" ".join(grams)))
+            else:
+                # A longer run is a sentence, not a word (Chinese and Japanese put no spaces between words):
+                # each bigram counts on its own, and the ranking rewards turns that share more of them.
+                for gram in dict.fromkeys(grams):
+                    if gram not in seen:
+                        seen.add(gram)
+                        clauses.append(_quote(gram))
         else:
             if drop_stopwords and (key in _STOPWORDS or len(key) < 2):
                 continue
