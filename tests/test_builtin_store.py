@@ -152,3 +152,17 @@ def test_write_blocked_by_scanner_names_the_category(manager: MemoryManager, hom
 def test_limits_must_be_positive(home: Path) -> None:
     with pytest.raises(ValueError, match="memory_char_limit must be a positive"):
         MemoryManager(home=home, memory_char_limit=0)
+
+
+def test_a_new_memory_file_gets_the_usual_permissions(manager: MemoryManager, home: Path) -> None:
+    import os
+    import stat
+
+    call(manager, action="add", target="user", content="Name: Ada")
+    mode = stat.S_IMODE((home / "USER.md").stat().st_mode)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert mode == 0o666 & ~mask
+    os.chmod(home / "USER.md", 0o640)
+    call(manager, action="add", target="user", content="Likes tea")
+    assert stat.S_IMODE((home / "USER.md").stat().st_mode) == 0o640

@@ -186,7 +186,10 @@ class MemoryFile:
                 handle.flush()
                 os.fsync(handle.fileno())
             with contextlib.suppress(OSError):
-                shutil.copymode(self.path, tmp_name)
+                if self.path.exists():
+                    shutil.copymode(self.path, tmp_name)  # keep the user's permissions
+                else:
+                    os.chmod(tmp_name, 0o666 & ~_umask())  # a new file gets the usual mode, not mkstemp's 0600
             os.replace(tmp_name, self.path)
         except BaseException as exc:
             if tmp_name is not None:
@@ -231,3 +234,9 @@ class MemoryFile:
             with contextlib.suppress(OSError):
                 stray.unlink()
 
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; put it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
