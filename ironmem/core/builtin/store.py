@@ -189,7 +189,7 @@ class MemoryFile:
                 if self.path.exists():
                     shutil.copymode(self.path, tmp_name)  # keep the user's permissions
                 else:
-                    os.chmod(tmp_name, 0o666 & ~_umask())  # a new file gets the usual mode, not mkstemp's 0600
+                    os.chmod(tmp_name, 0o666 & ~_UMASK)  # a new file gets the usual mode, not mkstemp's 0600
             os.replace(tmp_name, self.path)
         except BaseException as exc:
             if tmp_name is not None:
@@ -235,8 +235,11 @@ class MemoryFile:
                 stray.unlink()
 
 
-def _umask() -> int:
-    """The process umask (reading it means setting it; put it straight back)."""
+def _read_umask() -> int:
+    """The process umask. Reading it means setting it, so it is read once, at import, not while threads write."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
