@@ -98,6 +98,10 @@ def cjk_terms(text: str) -> str:
 
 #: A CJK run up to this many characters is matched as a phrase (a word or compound); a longer one by its bigrams.
 CJK_PHRASE_MAX = 4
+#: At most this many bigrams of one CJK sentence are searched (each costs a candidate list).
+CJK_SENTENCE_GRAMS = 6
+#: Function characters: a bigram holding one says little about the topic (的 in 去杭州的机票).
+_CJK_STOPCHARS = frozenset("的了是在我你他她它们吗吧呢啊和也都就要有这那个不很么什怎哪一")
 
 
 def _quote(token: str) -> str:
@@ -126,7 +130,8 @@ def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24
             else:
                 # A longer run is a sentence, not a word (Chinese and Japanese put no spaces between words):
                 # each bigram counts on its own, and the ranking rewards turns that share more of them.
-                for gram in dict.fromkeys(grams):
+                useful = [g for g in dict.fromkeys(grams) if not _CJK_STOPCHARS.intersection(g)]
+                for gram in useful[:CJK_SENTENCE_GRAMS]:
                     if gram not in seen:
                         seen.add(gram)
                         clauses.append(_quote(gram))
