@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ironmem import MemoryManager
-from ironmem.core.builtin import BuiltinMemoryProvider, parse_entries, render_entries
+from ironmem.core.builtin import BuiltinMemoryProvider, parse_entries
 from ironmem.core.builtin import store as store_module
 from ironmem.core.builtin.index import SearchIndex
 from ironmem.core.builtin.store import MemoryFile
