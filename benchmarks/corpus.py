@@ -105,14 +105,7 @@ EN_QUERIES = [
     "memory cache latency benchmark",
 ]
 #: Chinese session_search queries: two-character words (need the bigram scheme), phrases, a full question.
-ZH_QUERIES = [
-    "爬山",
-    "数据库 部署",
-    "上次说的咖啡",
-    "去杭州的机票",
-    "火锅",
-    "提示词 记忆",
-]
+ZH_QUERIES = ["爬山", "数据库 部署", "上次说的咖啡", "杭州 机票", "火锅", "提示词 记忆"]
 
 
 class Corpus:

@@ -42,25 +42,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import fmt_ms, fmt_ratio, metadata, summary_ms, table, write_json  # noqa: E402
-from corpus import CORPUS_VERSION, turn_rows  # noqa: E402
+from corpus import CORPUS_VERSION, EN_QUERIES, ZH_QUERIES, turn_rows  # noqa: E402
 
 SIZES = [10_000, 100_000, 1_000_000]
 QUICK_SIZES = [10_000, 100_000]
 ROUNDS, QUICK_ROUNDS = 15, 6
 
-#: English queries: natural questions (stopwords kept by session_search), common words, rare anchors.
-EN_QUERIES = [
-    "what did we decide about the database migration",
-    "python error when I deploy the server",
-    "flight to Lisbon hotel",
-    "Kamirito release",
-    "E4242 error",
-    "budget review with the client",
-    "coffee",
-    "memory cache latency benchmark",
-]
-#: Chinese queries: two-character words (need the bigram scheme), several words, a phrase.
-ZH_QUERIES = ["爬山", "数据库 部署", "上次说的咖啡", "杭州 机票", "火锅", "提示词 记忆"]
 #: Rare words whose presence in the top results shows the ranking found them.
 ANCHORS = {"flight to Lisbon hotel": "Lisbon", "Kamirito release": "Kamirito", "E4242 error": "E4242"}
 
