@@ -3,57 +3,21 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from typing import Any
 
-from ironmem import MemoryManager, MemoryProvider, ToolSchema
-
-
-class Exploding(MemoryProvider):
-    name = "exploding"
-
-    def is_available(self) -> bool:
-        return True
-
-    def initialize(self, session_id: str, **ctx: Any) -> None:
-        raise ConnectionError("backend down")
-
-    def tool_schemas(self) -> list[ToolSchema]:
-        return [ToolSchema("exploding_search", "Search.", {"type": "object", "properties": {}})]
-
-    def system_prompt_block(self) -> str:
-        raise ConnectionError("backend down")
-
-    def prefetch(self, query: str, *, session_id: str) -> str:
-        raise ConnectionError("backend down")
-
-    def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
-        raise ConnectionError("backend down")
-
-    def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        raise ConnectionError("backend down")
+from ironmem import MemoryManager, ToolSchema
+from ironmem.testing.faulty import HangingProvider, RaisingProvider
 
 
-class Hanging(MemoryProvider):
-    name = "hanging"
+class HangingWithSlowSync(HangingProvider):
+    """Hangs in prefetch (until released); syncs slowly and records the order of the turns it got."""
 
     def __init__(self) -> None:
-        self.release = threading.Event()
+        super().__init__("hanging")
         self.synced: list[str] = []
-
-    def is_available(self) -> bool:
-        return True
-
-    def initialize(self, session_id: str, **ctx: Any) -> None:
-        pass
 
     def tool_schemas(self) -> list[ToolSchema]:
         return []
-
-    def prefetch(self, query: str, *, session_id: str) -> str:
-        self.release.wait(30)
-        return "too late"
 
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
         time.sleep(0.05)
@@ -61,7 +25,7 @@ class Hanging(MemoryProvider):
 
 
 def test_raising_provider_is_isolated(home) -> None:
-    with MemoryManager(home=home, external=Exploding(), prefetch_timeout=1.0) as manager:
+    with MemoryManager(home=home, external=RaisingProvider("exploding"), prefetch_timeout=1.0) as manager:
         session = manager.start_session("s1")
         assert "MEMORY" in session.system_prompt_block()
         assert json.loads(session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Name: Ana"}))["success"]
@@ -77,7 +41,7 @@ def test_raising_provider_is_isolated(home) -> None:
 
 
 def test_hanging_prefetch_is_bounded_and_sync_is_ordered(home) -> None:
-    hanging = Hanging()
+    hanging = HangingWithSlowSync()
     with MemoryManager(home=home, external=hanging, prefetch_timeout=0.3) as manager:
         session = manager.start_session("s1")
         session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Build uses make"})
@@ -95,7 +59,7 @@ def test_hanging_prefetch_is_bounded_and_sync_is_ordered(home) -> None:
             session.sync_turn(f"turn {i}", "ok")  # returns at once; the provider is slow
         session.end()  # drains the background queue
         assert hanging.synced == [f"turn {i}" for i in range(5)]
-        hanging.release.set()
+        hanging.release()
 
 
 def test_a_failing_index_write_does_not_break_the_turn(manager: MemoryManager) -> None:
