@@ -14,9 +14,19 @@ from typing import Any
 
 from ...core.manager import MemoryManager, Session
 
-__all__ = ["SessionRegistry", "thread_id_from_config", "user_id_from"]
+__all__ = ["SessionRegistry", "require_source", "thread_id_from_config", "user_id_from"]
 
 log = logging.getLogger("ironmem.langchain")
+
+
+def require_source(value: Any, owner: str) -> Session | MemoryManager:
+    """``value`` when it is an ironmem Session or MemoryManager; else a TypeError that shows how to make one."""
+    if not isinstance(value, Session | MemoryManager):
+        raise TypeError(
+            f"{owner} takes an ironmem Session or MemoryManager, got {type(value).__name__}; "
+            f"e.g. {owner}(MemoryManager(home='~/.ironmem'))"
+        )
+    return value
 
 
 def thread_id_from_config(config: Mapping[str, Any] | None) -> str | None:

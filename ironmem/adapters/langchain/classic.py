@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
 from ...core.manager import MemoryManager, Recall, Session
+from ._sessions import require_source
 from .toolkit import make_memory_tool
 
 __all__ = ["IronClassicMemory"]
@@ -75,11 +76,7 @@ class IronClassicMemory(BaseMemory):
     def __init__(self, source: Session | MemoryManager | None = None, /, **kwargs: Any) -> None:
         if source is None:
             source = kwargs.pop("source", None)
-        if not isinstance(source, Session | MemoryManager):
-            raise TypeError(
-                "IronClassicMemory takes an ironmem Session or MemoryManager, got "
-                f"{type(source).__name__}; e.g. IronClassicMemory(MemoryManager(home='~/.ironmem'))"
-            )
+        require_source(source, "IronClassicMemory")
         with warnings.catch_warnings():
             # The user chose the legacy adapter on purpose; BaseMemory's own deprecation notice adds nothing.
             warnings.simplefilter("ignore", LangChainDeprecationWarning)

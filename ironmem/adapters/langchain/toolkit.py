@@ -19,7 +19,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from ...core.manager import MemoryManager, Session
 from ...core.provider import ToolSchema
-from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
+from ._sessions import SessionRegistry, require_source, thread_id_from_config, user_id_from
 
 __all__ = ["IronMemoryToolkit", "make_memory_tool", "SessionResolver"]
 
@@ -92,11 +92,7 @@ class IronMemoryToolkit(BaseToolkit):
     def __init__(self, session_or_manager: Session | MemoryManager | None = None, /, **kwargs: Any) -> None:
         if session_or_manager is None:
             session_or_manager = kwargs.pop("source", None)
-        if not isinstance(session_or_manager, Session | MemoryManager):
-            raise TypeError(
-                "IronMemoryToolkit takes an ironmem Session or MemoryManager, got "
-                f"{type(session_or_manager).__name__}; e.g. IronMemoryToolkit(MemoryManager(home='~/.ironmem'))"
-            )
+        require_source(session_or_manager, "IronMemoryToolkit")
         super().__init__(source=session_or_manager, **kwargs)
         if isinstance(session_or_manager, Session):
             self._session = session_or_manager
