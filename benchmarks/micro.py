@@ -8,7 +8,7 @@
 - **memory write**: one ``memory`` tool call (``add`` then ``remove``, alternating): exclusive file lock, re-read,
   temp file, fsync, ``os.replace``, directory fsync, index sync. Disk-bound: fsync dominates;
 - **fence**: ``fence()`` of a three-item recall, ``sanitize()`` of a 2 KB entry;
-- **token counting** (``ironmem.core.tokens``, tiktoken o200k_base, offline files): counting the snapshot,
+- **token counting** (``ironmem.analysis.tokens``, tiktoken o200k_base, offline files): counting the snapshot,
   throughput on a 100 KB text, and a full ``TokenReport.for_session``.
 
 Scanner throughput is measured by ``benchmarks/security_eval.py`` (``run.py`` runs both).
@@ -149,7 +149,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, An
 
         tokens: dict[str, Any] = {}
         try:
-            from ironmem.core.tokens import TokenCounter, TokenReport
+            from ironmem.analysis.tokens import TokenCounter, TokenReport
 
             counter = TokenCounter()
             snapshot = session.system_prompt_block()
@@ -164,7 +164,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, An
             session.prefetch("what did we decide about the staging server?")
             record("TokenReport.for_session", _time(lambda: TokenReport.for_session(session, counter), n // 10, 2))
         except ImportError as exc:  # tokens.py not there yet
-            tokens["skipped"] = f"ironmem.core.tokens unavailable: {exc}"
+            tokens["skipped"] = f"ironmem.analysis.tokens unavailable: {exc}"
             log(f"  token counting skipped: {exc}")
         manager.close()
     finally:

@@ -13,18 +13,8 @@ Example:
     True
 """
 
+# The runtime: the three rules and the plug-in contract.
 from .core.builtin import BuiltinMemoryProvider
-from .core.cache import (
-    PRICES,
-    AnthropicPolicy,
-    CacheOutcome,
-    DeepSeekPolicy,
-    GeminiPolicy,
-    ModelPrice,
-    OpenAIPolicy,
-    PrefixCacheSimulator,
-    VLLMPolicy,
-)
 from .core.config import load_config, manager_from_config
 from .core.errors import (
     BuiltinProviderError,
@@ -36,53 +26,72 @@ from .core.errors import (
     ProviderConflictError,
 )
 from .core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, sanitize
-from .core.manager import MemoryManager, ProviderHealth, Recall, RecallItem, Session
+from .core.isolation import ProviderHealth
+from .core.manager import MemoryManager
 from .core.provider import MemoryProvider, ToolSchema
+from .core.recall import Recall, RecallItem
 from .core.security import Finding, ScanResult, redact_secrets, scan
+from .core.session import Session
 from .core.snapshot import Snapshot
-from .core.tokens import TokenCounter, TokenReport
-from .core.usage import UsageMeter
+
+# Analysis: what the rules save (tokens, prefix cache, real usage).
+from .analysis.cache import (  # noqa: E402
+    PRICES,
+    AnthropicPolicy,
+    CacheOutcome,
+    DeepSeekPolicy,
+    GeminiPolicy,
+    ModelPrice,
+    OpenAIPolicy,
+    PrefixCacheSimulator,
+    VLLMPolicy,
+)
+from .analysis.tokens import TokenCounter, TokenReport  # noqa: E402
+from .analysis.usage import UsageMeter  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRICES",
-    "AnthropicPolicy",
-    "CacheOutcome",
-    "DeepSeekPolicy",
-    "GeminiPolicy",
-    "ModelPrice",
-    "OpenAIPolicy",
-    "PrefixCacheSimulator",
+    # runtime
+    "MemoryManager",
+    "Session",
+    "Recall",
+    "RecallItem",
     "Snapshot",
-    "TokenCounter",
-    "TokenReport",
-    "UsageMeter",
-    "VLLMPolicy",
+    "MemoryProvider",
+    "ToolSchema",
     "BuiltinMemoryProvider",
+    "ProviderHealth",
+    "FENCE_OPEN",
+    "FENCE_CLOSE",
+    "SYSTEM_NOTE",
+    "fence",
+    "sanitize",
+    "scan",
+    "Finding",
+    "ScanResult",
+    "redact_secrets",
+    "load_config",
+    "manager_from_config",
+    # errors
+    "IronMemError",
     "BuiltinProviderError",
     "ConfigError",
     "EncodingUnavailableError",
-    "FENCE_CLOSE",
-    "FENCE_OPEN",
-    "Finding",
-    "IronMemError",
     "MemoryFileError",
-    "MemoryManager",
-    "MemoryProvider",
     "MemoryWriteError",
     "ProviderConflictError",
-    "ProviderHealth",
-    "Recall",
-    "RecallItem",
-    "SYSTEM_NOTE",
-    "ScanResult",
-    "Session",
-    "ToolSchema",
-    "fence",
-    "load_config",
-    "manager_from_config",
-    "redact_secrets",
-    "sanitize",
-    "scan",
+    # analysis
+    "TokenCounter",
+    "TokenReport",
+    "PrefixCacheSimulator",
+    "CacheOutcome",
+    "PRICES",
+    "ModelPrice",
+    "OpenAIPolicy",
+    "AnthropicPolicy",
+    "GeminiPolicy",
+    "DeepSeekPolicy",
+    "VLLMPolicy",
+    "UsageMeter",
 ]

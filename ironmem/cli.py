@@ -627,7 +627,7 @@ def tokens(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """The token report for the configured setup: fence overhead, tool schemas, snapshot, what-if table."""
-    from .core.tokens import TokenCounter, TokenReport
+    from .analysis.tokens import TokenCounter, TokenReport
 
     opts = _opts(ctx, home)
     if providers < 1:

@@ -14,7 +14,7 @@ model received and reports:
   recorded requests (OpenAI, Anthropic and vLLM policies); with a real model, the cached tokens the provider
   reported.
 
-``run_simulation`` replays a longer scripted session (:mod:`ironmem.core.replay`) under the four memory strategies
+``run_simulation`` replays a longer scripted session (:mod:`ironmem.analysis.replay`) under the four memory strategies
 and each provider policy.
 
 Example:
@@ -220,7 +220,7 @@ class DemoRequest:
         return ""
 
     def to_chat_request(self) -> Any:
-        from .core.replay import ChatRequest
+        from .analysis.replay import ChatRequest
 
         tools = tuple(
             ToolSchema(
@@ -409,8 +409,8 @@ def _run_langchain(
     from langgraph.checkpoint.memory import InMemorySaver
 
     from .adapters.langchain import IronMemoryMiddleware
-    from .core.replay import APP_TOOLS, BASE_SYSTEM_PROMPT
-    from .core.usage import UsageMeter
+    from .analysis.replay import APP_TOOLS, BASE_SYSTEM_PROMPT
+    from .analysis.usage import UsageMeter
     from .testing.langchain import ScriptedChatModel
 
     requests: list[DemoRequest] = []
@@ -582,7 +582,7 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
     from llama_index.core.tools import FunctionTool
 
     from .adapters.llama_index import IronMemory
-    from .core.replay import APP_TOOLS, BASE_SYSTEM_PROMPT
+    from .analysis.replay import APP_TOOLS, BASE_SYSTEM_PROMPT
     from .testing.llama_index import ScriptedFunctionCallingLLM
 
     llm = ScriptedFunctionCallingLLM(_li_steps(SCRIPT))
@@ -675,7 +675,7 @@ def parse_policy(spec: str) -> Any:
         >>> parse_policy("vllm:32").block_size
         32
     """
-    from .core.cache import AnthropicPolicy, DeepSeekPolicy, GeminiPolicy, OpenAIPolicy, VLLMPolicy
+    from .analysis.cache import AnthropicPolicy, DeepSeekPolicy, GeminiPolicy, OpenAIPolicy, VLLMPolicy
 
     parts = [p.strip() for p in spec.split(":")]
     kind = parts[0].lower()
@@ -705,9 +705,9 @@ def simulate_requests(
     requests: Sequence[DemoRequest], policies: Sequence[str] = DEMO_POLICIES, counter: Any = None
 ) -> list[dict[str, Any]]:
     """Replay recorded requests (in each provider's prefix order) through the simulator, one row per policy."""
-    from .core.cache import PrefixCacheSimulator
-    from .core.replay import request_tokens
-    from .core.tokens import TokenCounter
+    from .analysis.cache import PrefixCacheSimulator
+    from .analysis.replay import request_tokens
+    from .analysis.tokens import TokenCounter
 
     counter = counter or TokenCounter()
     rows = []
@@ -793,7 +793,7 @@ def run_demo(
     chat model object you built (a real one, or any model reporting usage) instead of ``model="provider:name"``;
     the usage it reports is then collected as for a real model. Raises :class:`DemoError` for bad input.
     """
-    from .core.tokens import TokenCounter, TokenReport
+    from .analysis.tokens import TokenCounter, TokenReport
 
     if framework not in FRAMEWORKS:
         raise DemoError(f"unknown framework {framework!r}; use langchain or llama-index")
@@ -1016,7 +1016,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def print_token_report(report: Any, console: Any) -> None:
-    """Render a :class:`~ironmem.core.tokens.TokenReport` as rich tables."""
+    """Render a :class:`~ironmem.analysis.tokens.TokenReport` as rich tables."""
     from rich.table import Table
     from rich.text import Text
 
@@ -1071,8 +1071,8 @@ def run_simulation(
     Returns one row per (policy, strategy): requests, input tokens, cached share, cost, savings and the share of
     the theoretical maximum of cached tokens reached.
     """
-    from .core.replay import STRATEGIES, record_session, replay
-    from .core.tokens import TokenCounter
+    from .analysis.replay import STRATEGIES, record_session, replay
+    from .analysis.tokens import TokenCounter
 
     specs = list(policies or DEMO_POLICIES)
     chosen = list(strategies or STRATEGIES)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ironmem.core.cache import (
+from ironmem.analysis.cache import (
     PRICES,
     AnthropicPolicy,
     DeepSeekPolicy,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ironmem import ToolSchema
-from ironmem.core.cache import AnthropicPolicy, OpenAIPolicy, theoretical_max_cached
-from ironmem.core.replay import (
+from ironmem.analysis.cache import AnthropicPolicy, OpenAIPolicy, theoretical_max_cached
+from ironmem.analysis.replay import (
     END,
     SEP,
     START,
@@ -17,7 +17,7 @@ from ironmem.core.replay import (
     replay,
     request_tokens,
 )
-from ironmem.core.tokens import TokenCounter, serialize_json
+from ironmem.analysis.tokens import TokenCounter, serialize_json
 
 TOOL = ToolSchema("lookup", "Look something up.", {"type": "object", "properties": {"q": {"type": "string"}}})
 

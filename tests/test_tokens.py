@@ -13,7 +13,7 @@ import tiktoken
 from ironmem import MemoryManager, MemoryProvider, ToolSchema
 from ironmem.core.errors import EncodingUnavailableError
 from ironmem.core.fence import fence_overhead_text
-from ironmem.core.tokens import (
+from ironmem.analysis.tokens import (
     REPLY_PRIMING_TOKENS,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME,
@@ -130,7 +130,7 @@ def test_missing_encoding_file_says_where_it_must_be(tmp_path) -> None:
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path), "HTTPS_PROXY": "http://127.0.0.1:9",
            "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
     code = (
-        "from ironmem.core.tokens import TokenCounter\n"
+        "from ironmem.analysis.tokens import TokenCounter\n"
         "from ironmem.core.errors import EncodingUnavailableError\n"
         "try:\n    TokenCounter('cl100k_base')\n"
         "except EncodingUnavailableError as exc:\n    print('ERR', exc)\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ironmem.core.usage import UsageMeter, UsageRecord, parse_usage
+from ironmem.analysis.usage import UsageMeter, UsageRecord, parse_usage
 
 anthropic_types = pytest.importorskip("anthropic.types")
 openai_types = pytest.importorskip("openai.types")

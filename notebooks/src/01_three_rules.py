@@ -21,7 +21,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from ironmem import MemoryManager, MemoryProvider, ProviderConflictError, ToolSchema
-from ironmem.core.tokens import TokenCounter
+from ironmem.analysis.tokens import TokenCounter
 
 # Show ironmem's warnings in the notebook output (rule 1 refusals are warnings).
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)

@@ -15,21 +15,21 @@
 # Policies: OpenAI `gpt-4.1` (automatic, >= 1,024 tokens, 128-token steps, cached input at 25%), Anthropic
 # `claude-sonnet-4-5` (explicit breakpoints as LangChain's `AnthropicPromptCachingMiddleware` places them, writes
 # 1.25x, reads 0.1x, 5-minute TTL) and vLLM automatic prefix caching (16-token blocks). Everything is simulated
-# offline from real token counts (tiktoken `o200k_base`); see `ironmem.core.cache` for the sources of each
+# offline from real token counts (tiktoken `o200k_base`); see `ironmem.analysis.cache` for the sources of each
 # figure and what is not modelled.
 
 # %%
 import matplotlib.pyplot as plt
 
-from ironmem.core.cache import (
+from ironmem.analysis.cache import (
     AnthropicPolicy,
     OpenAIPolicy,
     PrefixCacheSimulator,
     VLLMPolicy,
     theoretical_max_cached,
 )
-from ironmem.core.replay import STRATEGIES, build_requests, record_session, replay, request_tokens
-from ironmem.core.tokens import TokenCounter
+from ironmem.analysis.replay import STRATEGIES, build_requests, record_session, replay, request_tokens
+from ironmem.analysis.tokens import TokenCounter
 
 
 class CachedCounter(TokenCounter):
@@ -266,7 +266,7 @@ plt.show()
 # for the rest of that session.
 
 # %%
-from ironmem.core.replay import ChatRequest
+from ironmem.analysis.replay import ChatRequest
 
 new_snapshot = script.turns[-1].snapshot_now  # what a session starting after turn 50 would freeze
 first_old = ChatRequest(

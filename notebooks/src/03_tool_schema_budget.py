@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from ironmem import MemoryManager, ToolSchema
 from ironmem.core.config import provider_class
-from ironmem.core.tokens import TokenCounter, TokenReport
+from ironmem.analysis.tokens import TokenCounter, TokenReport
 
 counter = TokenCounter("o200k_base")
 import tempfile

@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from ironmem import FENCE_OPEN, MemoryManager
 from ironmem.adapters.langchain import IronMemoryMiddleware
-from ironmem.core.tokens import TokenCounter
+from ironmem.analysis.tokens import TokenCounter
 from ironmem.testing.langchain import ScriptedChatModel
 
 counter = TokenCounter()

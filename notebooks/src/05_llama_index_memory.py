@@ -28,7 +28,7 @@ from llama_index.core.tools import FunctionTool
 
 from ironmem import FENCE_OPEN, MemoryManager
 from ironmem.adapters.llama_index import IronMemory, SnapshotMemoryBlock
-from ironmem.core.tokens import TokenCounter
+from ironmem.analysis.tokens import TokenCounter
 from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedToolCall
 
 counter = TokenCounter()

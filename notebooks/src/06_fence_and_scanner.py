@@ -30,7 +30,7 @@ from ironmem import (
     scan,
 )
 from ironmem.core.fence import fence_overhead_text
-from ironmem.core.tokens import TokenCounter
+from ironmem.analysis.tokens import TokenCounter
 
 counter = TokenCounter()
 

@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 
 __all__ = ["SessionRegistry", "require_source", "thread_id_from_config", "user_id_from"]
 

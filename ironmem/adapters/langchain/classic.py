@@ -23,7 +23,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
-from ...core.manager import MemoryManager, Recall, Session
+from ...core.manager import MemoryManager
+from ...core.recall import Recall
+from ...core.session import Session
 from ._sessions import require_source
 from .toolkit import make_memory_tool
 

@@ -40,7 +40,8 @@ from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from ...core.fence import fence
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool
 

@@ -17,7 +17,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import ConfigDict, PrivateAttr
 
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 from ...core.provider import ToolSchema
 from ._sessions import SessionRegistry, require_source, thread_id_from_config, user_id_from
 

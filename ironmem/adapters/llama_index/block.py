@@ -14,7 +14,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import BaseMemoryBlock
 from pydantic import Field, PrivateAttr
 
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 from . import _registry
 
 __all__ = ["SnapshotMemoryBlock"]

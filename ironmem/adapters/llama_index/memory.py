@@ -40,7 +40,8 @@ from pydantic import (
     model_serializer,
 )
 
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 from . import _registry
 from ._messages import (
     answer_text,

@@ -16,7 +16,8 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict
 from llama_index.core.tools import FunctionTool, ToolMetadata
 from llama_index.core.tools.tool_spec.base import BaseToolSpec
 
-from ...core.manager import MemoryManager, Session
+from ...core.manager import MemoryManager
+from ...core.session import Session
 from ...core.provider import ToolSchema
 
 __all__ = ["IronMemoryToolSpec", "SchemaToolMetadata", "memory_tools"]

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import EncodingUnavailableError
-from .fence import fence_overhead_text
-from .provider import ToolSchema
+from ..core.errors import EncodingUnavailableError
+from ..core.fence import fence_overhead_text
+from ..core.provider import ToolSchema
 
 __all__ = [
     "TokenCounter",

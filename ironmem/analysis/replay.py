@@ -28,7 +28,7 @@ Prefix order and framing (assumptions, stated because providers do not publish t
   concatenated, so text never merges across a boundary. A message is framed as ``[START] role [SEP] content
   [END]`` with three synthetic marker ids (-1, -2, -3) standing for the chat template's special tokens (OpenAI's
   cookbook counts 3 framing tokens per message). Tool calls are the compact JSON of ``{"name", "arguments"}``;
-  tools are the compact JSON array in the provider's format (see :mod:`ironmem.core.tokens`).
+  tools are the compact JSON array in the provider's format (see :mod:`ironmem.analysis.tokens`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .cache import CachePolicy, PrefixCacheSimulator, theoretical_max_cached
-from .provider import ToolSchema
+from ..core.provider import ToolSchema
 from .tokens import TokenCounter, serialize_json
 
 __all__ = [
@@ -399,7 +399,7 @@ def record_session(
     ``memory`` tool, and each exchange is synced. Turns are ``min_gap_s``..``max_gap_s`` apart (deterministic
     from ``seed``); the follow-up request after a tool call comes ``tool_latency_s`` later.
     """
-    from .manager import MemoryManager  # local import: manager imports far more than this module needs
+    from ..core.manager import MemoryManager  # local import: manager imports far more than this module needs
 
     if turns < 1 or write_every < 1:
         raise ValueError("turns and write_every must be >= 1")
@@ -568,7 +568,7 @@ def replay(
 
     The token order follows the policy's provider (Anthropic order for ``anthropic``, OpenAI order otherwise).
     Each result carries the theoretical maximum of cached tokens for that strategy's own requests
-    (:func:`~ironmem.core.cache.theoretical_max_cached`).
+    (:func:`~ironmem.analysis.cache.theoretical_max_cached`).
     """
     results: dict[str, StrategyResult] = {}
     for strategy in strategies:

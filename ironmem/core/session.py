@@ -1,0 +1,262 @@
+"""The session: one conversation with a frozen snapshot (rule 3), fenced recall (rule 2) and tool routing.
+
+Data flows one way: adapter -> Session -> providers -> storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .provider import ToolSchema
+from .recall import RECALL_TURNS, Recall, RecallItem, as_items, clip
+from .security import redact_secrets, scan
+from .snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from .manager import MemoryManager
+
+__all__ = ["Session"]
+
+log = logging.getLogger(__name__)
+
+#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
+_scan_recalled = functools.lru_cache(maxsize=4096)(scan)
+
+
+def json_error(message: str, **extra: Any) -> str:
+    return json.dumps({"success": False, "error": message, **extra}, ensure_ascii=False)
+
+
+def redact_args(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        return {k: redact_args(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_args(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Session
+# --------------------------------------------------------------------------------------------------
+class Session:
+    """One conversation: a frozen snapshot, per-turn recall, tool routing and turn syncing.
+
+    Example:
+        >>> import tempfile
+        >>> session = MemoryManager(home=tempfile.mkdtemp()).start_session("s1")
+        >>> before = session.system_prompt_block()
+        >>> _ = session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Likes tea"})
+        >>> session.system_prompt_block() == before  # frozen
+        True
+        >>> "Likes tea" in session.prefetch("what do I drink?").fenced()  # the live delta
+        True
+    """
+
+    def __init__(
+        self, manager: MemoryManager, session_id: str, user_id: str | None, *, snapshot: Snapshot | None = None
+    ) -> None:
+        self.manager = manager
+        self.id = session_id
+        self.user_id = user_id
+        self._lock = threading.Lock()
+        self.prefetch_count = 0
+        self.turns_synced = 0
+        self.last_recall: Recall | None = None
+        self._ended = False
+        manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home))
+        if manager.external is not None and manager._guard is not None:
+            external = manager.external
+            manager._guard.call(
+                "initialize",
+                lambda: external.initialize(session_id, user_id=user_id, home=str(manager.home)),
+                None,
+                timeout=manager.prefetch_timeout,
+            )
+        self._snapshot = snapshot if snapshot is not None else manager.render_snapshot()
+        # Entries already shown (in the snapshot or in an earlier recall), per target.
+        self._surfaced: dict[str, set[str]] = {t: set(e) for t, e in self._snapshot.entries.items()}
+        self._removed_shown: dict[str, set[str]] = {t: set() for t in self._snapshot.entries}
+
+    # -- rule 3 ---------------------------------------------------------------------------------
+    def system_prompt_block(self) -> str:
+        """The frozen memory block: byte-identical for the whole session."""
+        return self._snapshot.text
+
+    @property
+    def snapshot_hash(self) -> str:
+        return self._snapshot.hash
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The frozen snapshot and the entries it was rendered from (``to_dict()`` to save it)."""
+        return self._snapshot
+
+    # -- recall (rule 2) ------------------------------------------------------------------------
+    def prefetch(self, user_message: str) -> Recall:
+        """Recall what is relevant to ``user_message``: entries written since the snapshot (the live delta),
+        matching past turns, and the external provider's recall, all scanned. Never raises, never hangs
+        longer than the manager's ``prefetch_timeout``."""
+        manager = self.manager
+        items: list[RecallItem] = []
+        dropped: list[str] = []
+        with self._lock:
+            self.prefetch_count += 1
+            items.extend(self._live_delta())
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            query = redact_secrets(user_message)
+            result = guard.call(
+                "prefetch", lambda: external.prefetch(query, session_id=self.id), "", timeout=manager.prefetch_timeout
+            )
+            for text in as_items(result):
+                items.append(RecallItem(external.name, clip(text)))
+        try:
+            hits = manager.builtin.index.search(
+                user_message, kinds=("turn",), user_id=self.user_id, exclude_session=self.id, limit=RECALL_TURNS
+            )
+        except Exception as exc:  # the index is local; still, a recall failure must not break the turn
+            log.warning("built-in recall failed: %s", exc)
+            hits = []
+        for hit in hits:
+            items.append(RecallItem("history", clip(hit.text)))
+        kept: list[RecallItem] = []
+        seen: set[str] = set()
+        for item in items:
+            key = " ".join(item.text.split()).casefold()
+            if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
+                continue
+            seen.add(key)
+            verdict = _scan_recalled(item.text)
+            if verdict.blocked:
+                reason = f"{item.source}: {verdict.reason}"
+                log.warning("recalled item dropped by the security scan (%s)", reason)
+                dropped.append(reason)
+                continue
+            kept.append(item)
+        recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))
+        self.last_recall = recall
+        return recall
+
+    async def aprefetch(self, user_message: str) -> Recall:
+        return await asyncio.to_thread(self.prefetch, user_message)
+
+    def _live_delta(self) -> list[RecallItem]:
+        """Entries added or removed since the snapshot that this session has not been shown yet."""
+        out: list[RecallItem] = []
+        for target in ("memory", "user"):
+            state = self.manager.builtin.files[target].read()
+            if state.corrupt:
+                continue
+            label = "memory" if target == "memory" else "user profile"
+            current = set(state.entries)
+            for entry in state.entries:
+                if entry not in self._surfaced[target]:
+                    self._surfaced[target].add(entry)
+                    out.append(RecallItem("live", f"[{label}] {entry}"))
+            for entry in sorted(self._snapshot.entries[target]):
+                if entry not in current and entry not in self._removed_shown[target]:
+                    self._removed_shown[target].add(entry)
+                    out.append(RecallItem("live", f"[{label}, removed - no longer true] {clip(entry, 200)}"))
+        return out
+
+    # -- tools ----------------------------------------------------------------------------------
+    def tool_schemas(self) -> list[ToolSchema]:
+        return self.manager.tool_schemas()
+
+    def handle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
+        """Route a tool call to its provider. Always returns JSON text; never raises."""
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                return json_error(f"arguments for {name!r} are not valid JSON ({exc.msg}); send a JSON object")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return json_error(f"arguments for {name!r} must be a JSON object, got {type(args).__name__}")
+        owner = self.manager._tools.get(name)
+        if owner is None:
+            available = ", ".join(self.manager._tools)
+            return json_error(f"unknown tool {name!r}; available memory tools: {available}")
+        provider = owner[0]
+        if provider is self.manager.builtin:
+            try:
+                return self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id)
+            except Exception as exc:
+                log.exception("built-in tool %r failed", name)
+                return json_error(f"{name} failed: {type(exc).__name__}: {exc}")
+        guard = self.manager._guard
+        assert guard is not None
+        clean = redact_args(args)
+        sentinel = object()
+        result: Any = guard.call(
+            f"tool:{name}", lambda: provider.handle_tool_call(name, clean), sentinel, timeout=self.manager.tool_timeout
+        )
+        if result is sentinel:
+            return json_error(f"memory provider {provider.name!r} failed on {name!r}: {guard.health.reason}")
+        if not isinstance(result, str):
+            try:
+                result = json.dumps(result, ensure_ascii=False)
+            except (TypeError, ValueError):
+                result = json.dumps({"success": True, "result": str(result)}, ensure_ascii=False)
+        return result
+
+    async def ahandle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
+        return await asyncio.to_thread(self.handle_tool_call, name, args)
+
+    # -- turns ----------------------------------------------------------------------------------
+    def sync_turn(self, user: str, assistant: str) -> None:
+        """Record a finished exchange: indexed locally now, sent to the external provider in the background."""
+        if not (user or "").strip() and not (assistant or "").strip():
+            return
+        manager = self.manager
+        try:
+            manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id)
+        except Exception as exc:  # a full disk or a locked database must not break the agent's turn
+            log.error("could not index the turn of session %s: %s", self.id, exc)
+            manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")
+        else:
+            manager._health["builtin"].ok("sync_turn")
+            self.turns_synced += 1
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            clean_user, clean_assistant = redact_secrets(user or ""), redact_secrets(assistant or "")
+            manager._background.submit(
+                lambda: guard.call(
+                    "sync_turn",
+                    lambda: external.sync_turn(clean_user, clean_assistant, session_id=self.id),
+                    None,
+                    timeout=manager.tool_timeout,
+                )
+            )
+
+    async def async_turn(self, user: str, assistant: str) -> None:
+        await asyncio.to_thread(self.sync_turn, user, assistant)
+
+    def end(self) -> None:
+        """Finish the session: wait for its queued syncs, tell the external provider."""
+        if self._ended:
+            return
+        self._ended = True
+        manager = self.manager
+        if not manager._background.drain(manager.sync_drain_timeout):
+            log.warning("session %s ended before its background syncs finished", self.id)
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            guard.call("on_session_end", lambda: external.on_session_end(self.id), None, timeout=manager.tool_timeout)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+    def __repr__(self) -> str:
+        return f"<Session id={self.id!r} user={self.user_id!r} snapshot={self.snapshot_hash[:12]}>"
