@@ -14,6 +14,20 @@ Example:
 """
 
 # The runtime: the three rules and the plug-in contract.
+# Analysis: what the rules save (tokens, prefix cache, real usage).
+from .analysis.cache import (  # noqa: E402
+    PRICES,
+    AnthropicPolicy,
+    CacheOutcome,
+    DeepSeekPolicy,
+    GeminiPolicy,
+    ModelPrice,
+    OpenAIPolicy,
+    PrefixCacheSimulator,
+    VLLMPolicy,
+)
+from .analysis.tokens import TokenCounter, TokenReport  # noqa: E402
+from .analysis.usage import UsageMeter  # noqa: E402
 from .core.builtin import BuiltinMemoryProvider
 from .core.config import load_config, manager_from_config
 from .core.errors import (
@@ -33,21 +47,6 @@ from .core.recall import Recall, RecallItem
 from .core.security import Finding, ScanResult, redact_secrets, scan
 from .core.session import Session
 from .core.snapshot import Snapshot
-
-# Analysis: what the rules save (tokens, prefix cache, real usage).
-from .analysis.cache import (  # noqa: E402
-    PRICES,
-    AnthropicPolicy,
-    CacheOutcome,
-    DeepSeekPolicy,
-    GeminiPolicy,
-    ModelPrice,
-    OpenAIPolicy,
-    PrefixCacheSimulator,
-    VLLMPolicy,
-)
-from .analysis.tokens import TokenCounter, TokenReport  # noqa: E402
-from .analysis.usage import UsageMeter  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -35,6 +35,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .core.errors import IronMemError
+
 if TYPE_CHECKING:  # pragma: no cover
     from .core.manager import MemoryManager
 
@@ -59,7 +61,7 @@ app = typer.Typer(
 )
 
 
-class CLIError(Exception):
+class CLIError(IronMemError):
     """A user-facing failure: printed as one line on stderr, exit status ``code``."""
 
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:

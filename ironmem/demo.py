@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core.errors import EncodingUnavailableError
+from .core.errors import EncodingUnavailableError, IronMemError
 from .core.fence import FENCE_CLOSE, FENCE_OPEN
 from .core.manager import MemoryManager
 from .core.provider import ToolSchema
@@ -69,7 +69,7 @@ REQUEST_GAP_S = 20.0
 SESSION_GAP_S = 120.0
 
 
-class DemoError(ValueError):
+class DemoError(IronMemError, ValueError):
     """Bad demo or simulation input (unknown framework, model, policy, missing key): the message says what to do."""
 
 

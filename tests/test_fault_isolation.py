@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from ironmem import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, MemoryManager, Session
-from ironmem.testing.faulty import INJECTIONS, HangingProvider, InjectingProvider, RaisingProvider, SlowSyncProvider
+from ironmem.testing.faulty import (
+    INJECTIONS,
+    HangingProvider,
+    InjectingProvider,
+    RaisingProvider,
+    SlowSyncProvider,
+)
 
 TIMEOUT = 0.4
 MARGIN = 0.5  # thread start-up and scanning; generous for a loaded 2-core CI machine

@@ -11,8 +11,6 @@ import pytest
 import tiktoken
 
 from ironmem import MemoryManager, MemoryProvider, ToolSchema
-from ironmem.core.errors import EncodingUnavailableError
-from ironmem.core.fence import fence_overhead_text
 from ironmem.analysis.tokens import (
     REPLY_PRIMING_TOKENS,
     TOKENS_PER_MESSAGE,
@@ -22,6 +20,8 @@ from ironmem.analysis.tokens import (
     serialize_json,
     tiktoken_cache_filename,
 )
+from ironmem.core.errors import EncodingUnavailableError
+from ironmem.core.fence import fence_overhead_text
 
 TEXTS = [
     "hello world",

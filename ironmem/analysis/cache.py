@@ -40,6 +40,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = [
     "ModelPrice",
     "PriceTable",
@@ -89,14 +91,14 @@ class ModelPrice:
 
     def __post_init__(self) -> None:
         if self.input_per_mtok < 0:
-            raise ValueError(f"input_per_mtok must be >= 0 for {self.model!r}, got {self.input_per_mtok!r}")
+            raise InvalidArgumentError(f"input_per_mtok must be >= 0 for {self.model!r}, got {self.input_per_mtok!r}")
         if not 0 <= self.cached_multiplier <= 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cached_multiplier is the cached price relative to the input price (0..1) for {self.model!r}, "
                 f"got {self.cached_multiplier!r}"
             )
         if self.min_cacheable_tokens < 0:
-            raise ValueError(f"min_cacheable_tokens must be >= 0 for {self.model!r}")
+            raise InvalidArgumentError(f"min_cacheable_tokens must be >= 0 for {self.model!r}")
 
     @property
     def cached_per_mtok(self) -> float:
@@ -197,7 +199,7 @@ class PriceTable:
         self._rows: dict[tuple[str, str], ModelPrice] = {}
         for row in rows:
             if not isinstance(row, ModelPrice):
-                raise TypeError(f"PriceTable rows must be ModelPrice, got {type(row).__name__}")
+                raise ArgumentTypeError(f"PriceTable rows must be ModelPrice, got {type(row).__name__}")
             self._rows[(row.provider, row.model)] = row
 
     def get(self, provider: str, model: str) -> ModelPrice:
@@ -340,12 +342,12 @@ def _digest(tokens: Sequence[int]) -> bytes:
 
 def _check_tokens(tokens: Sequence[int]) -> list[int]:
     if isinstance(tokens, (str, bytes)):
-        raise TypeError("request() takes a sequence of token ids (ints), not text; encode it with TokenCounter first")
+        raise ArgumentTypeError("request() takes a sequence of token ids (ints), not text; encode it with TokenCounter first")
     out = list(tokens)
     try:
         array("q", out)  # C-speed check that every item is an int
     except (TypeError, OverflowError):
-        raise TypeError("request() takes a sequence of token ids (ints)") from None
+        raise ArgumentTypeError("request() takes a sequence of token ids (ints)") from None
     return out
 
 
@@ -480,7 +482,7 @@ class OpenAIPolicy(_ImplicitPrefixPolicy):
         ttft: TTFTModel | None = None,
     ) -> None:
         if retention not in ("in_memory", "24h"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"retention must be 'in_memory' or '24h' (OpenAI's prompt_cache_retention), got {retention!r}"
             )
         super().__init__(price or (prices or PRICES).get("openai", model), ttft)
@@ -546,7 +548,7 @@ class DeepSeekPolicy(_ImplicitPrefixPolicy):
         ttft: TTFTModel | None = None,
     ) -> None:
         if unit < 1:
-            raise ValueError(f"unit must be >= 1 token, got {unit!r}")
+            raise InvalidArgumentError(f"unit must be >= 1 token, got {unit!r}")
         super().__init__(price or (prices or PRICES).get("deepseek", model), ttft)
         self.model = model
         self.unit = unit
@@ -596,7 +598,7 @@ class AnthropicPolicy(CachePolicy):
         ttft: TTFTModel | None = None,
     ) -> None:
         if ttl not in ("5m", "1h"):
-            raise ValueError(f"ttl must be '5m' or '1h' (Anthropic's cache_control ttl), got {ttl!r}")
+            raise InvalidArgumentError(f"ttl must be '5m' or '1h' (Anthropic's cache_control ttl), got {ttl!r}")
         super().__init__(price or (prices or PRICES).get("anthropic", model), ttft)
         self.model = model
         self.ttl = ttl
@@ -645,13 +647,13 @@ class AnthropicPolicy(CachePolicy):
             return []
         points = sorted(set(int(b) for b in breakpoints))
         if len(breakpoints) > ANTHROPIC_MAX_BREAKPOINTS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Anthropic allows at most {ANTHROPIC_MAX_BREAKPOINTS} cache_control breakpoints per request, got "
                 f"{len(breakpoints)}; keep the ones at the end of tools/system and on the latest message"
             )
         for b in points:
             if not 0 < b <= length:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"breakpoint {b} is outside the prompt (1..{length}); a breakpoint is the length of the "
                     "prefix to cache, in tokens"
                 )
@@ -697,9 +699,9 @@ class VLLMPolicy(CachePolicy):
         ttft: TTFTModel | None = None,
     ) -> None:
         if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size!r}")
+            raise InvalidArgumentError(f"block_size must be >= 1, got {block_size!r}")
         if capacity_blocks is not None and capacity_blocks < 1:
-            raise ValueError(f"capacity_blocks must be >= 1 or None (unbounded), got {capacity_blocks!r}")
+            raise InvalidArgumentError(f"capacity_blocks must be >= 1 or None (unbounded), got {capacity_blocks!r}")
         base = PRICES.get("vllm", "*")
         price = dataclasses.replace(
             base, input_per_mtok=float(compute_cost_per_mtok), min_cacheable_tokens=block_size
@@ -765,7 +767,7 @@ class PrefixCacheSimulator:
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, CachePolicy):
-            raise TypeError(f"PrefixCacheSimulator takes a CachePolicy, got {type(self.policy).__name__}")
+            raise ArgumentTypeError(f"PrefixCacheSimulator takes a CachePolicy, got {type(self.policy).__name__}")
         self._state = self.policy.new_state()
         self._now = 0.0
 
@@ -777,7 +779,7 @@ class PrefixCacheSimulator:
         if at is None:
             at = self._now
         if at < self._now:
-            raise ValueError(f"requests must be in time order: at={at} is before the previous request ({self._now})")
+            raise InvalidArgumentError(f"requests must be in time order: at={at} is before the previous request ({self._now})")
         self._now = float(at)
         points = list(breakpoints) if breakpoints is not None else None
         if points is not None and not self.policy.explicit:

@@ -42,8 +42,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from .cache import CachePolicy, PrefixCacheSimulator, theoretical_max_cached
+from ..core.errors import InvalidArgumentError, MemoryWriteError
 from ..core.provider import ToolSchema
+from .cache import CachePolicy, PrefixCacheSimulator, theoretical_max_cached
 from .tokens import TokenCounter, serialize_json
 
 __all__ = [
@@ -92,7 +93,7 @@ class ChatRequest:
     def __post_init__(self) -> None:
         for i, message in enumerate(self.messages):
             if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant", "tool"):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"messages[{i}] must be a dict with role 'user', 'assistant' or 'tool', got {message!r}"
                 )
 
@@ -142,7 +143,7 @@ def request_tokens(
     (``"fence_aware"``), or none. OpenAI requests carry no breakpoints.
     """
     if provider not in ("openai", "anthropic"):
-        raise ValueError(f"provider must be 'openai' or 'anthropic', got {provider!r}")
+        raise InvalidArgumentError(f"provider must be 'openai' or 'anthropic', got {provider!r}")
     tokens: list[int] = []
     segments: list[tuple[str, int, int]] = []
 
@@ -402,12 +403,12 @@ def record_session(
     from ..core.manager import MemoryManager  # local import: manager imports far more than this module needs
 
     if turns < 1 or write_every < 1:
-        raise ValueError("turns and write_every must be >= 1")
+        raise InvalidArgumentError("turns and write_every must be >= 1")
     if not 0 <= min_gap_s <= max_gap_s:
-        raise ValueError("need 0 <= min_gap_s <= max_gap_s")
+        raise InvalidArgumentError("need 0 <= min_gap_s <= max_gap_s")
     conversation = list(conversation) if conversation is not None else scripted_conversation(turns, seed=seed)
     if len(conversation) < turns:
-        raise ValueError(f"conversation has {len(conversation)} exchanges, fewer than turns={turns}")
+        raise InvalidArgumentError(f"conversation has {len(conversation)} exchanges, fewer than turns={turns}")
     rng = random.Random(seed)
     tmp = None
     if home is None:
@@ -420,7 +421,7 @@ def record_session(
             ops += [{"action": "add", "target": "user", "content": c} for c in _SEED_USER]
             result = json.loads(setup.handle_tool_call("memory", {"operations": ops}))
             if not result.get("success"):
-                raise RuntimeError(f"seeding the memory home failed: {result}")
+                raise MemoryWriteError(f"seeding the memory home failed: {result}")
             for user, assistant in _PAST_TURNS:
                 setup.sync_turn(user, assistant)
             setup.end()
@@ -446,7 +447,7 @@ def record_session(
                     call = {"id": f"call_{turn_no:03d}", "name": "memory", "arguments": args}
                     result_text = session.handle_tool_call("memory", args)
                     if not json.loads(result_text).get("success"):
-                        raise RuntimeError(f"the scripted memory write of turn {turn_no} failed: {result_text}")
+                        raise MemoryWriteError(f"the scripted memory write of turn {turn_no} failed: {result_text}")
                 records.append(
                     TurnRecord(
                         at=now, user=user, assistant=assistant, recall_fenced=recall.fenced(),
@@ -480,7 +481,7 @@ def build_requests(script: SessionScript, strategy: str) -> list[tuple[float, Ch
     the tool result. ``no_memory`` has no memory tools, so its write turns make one request.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+        raise InvalidArgumentError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     memory = strategy != "no_memory"
     tools = (*script.memory_tools, *script.app_tools) if memory else script.app_tools
     frozen_system = (script.base_system, script.snapshot)

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..core.errors import EncodingUnavailableError
+from ..core.errors import ArgumentTypeError, EncodingUnavailableError, InvalidArgumentError
 from ..core.fence import fence_overhead_text
 from ..core.provider import ToolSchema
 
@@ -77,7 +77,7 @@ def tiktoken_cache_filename(encoding: str) -> str:
         url = ENCODING_URLS[encoding]
     except KeyError:
         known = ", ".join(sorted(ENCODING_URLS))
-        raise ValueError(f"unknown tiktoken encoding {encoding!r}; known encodings: {known}") from None
+        raise InvalidArgumentError(f"unknown tiktoken encoding {encoding!r}; known encodings: {known}") from None
     return hashlib.sha1(url.encode()).hexdigest()
 
 
@@ -112,7 +112,7 @@ def _load_encoding(name: str) -> Any:
             encoding = tiktoken.get_encoding(name)
         except ValueError as exc:
             if "Unknown encoding" in str(exc):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"unknown tiktoken encoding {name!r}; use 'o200k_base' (GPT-4o and later) or 'cl100k_base'"
                 ) from exc
             raise _unavailable(name, exc) from exc
@@ -153,7 +153,7 @@ class TokenCounter:
 
     def __init__(self, encoding: str = "o200k_base") -> None:
         if not isinstance(encoding, str) or not encoding:
-            raise ValueError(f"encoding must be a tiktoken encoding name such as 'o200k_base', got {encoding!r}")
+            raise InvalidArgumentError(f"encoding must be a tiktoken encoding name such as 'o200k_base', got {encoding!r}")
         self.encoding_name = encoding
         self._encoding = _load_encoding(encoding)
 
@@ -176,7 +176,7 @@ class TokenCounter:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``. Special-token strings such as ``<|endoftext|>`` are encoded as plain text."""
         if not isinstance(text, str):
-            raise TypeError(f"encode() takes a str, got {type(text).__name__}")
+            raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
         return self._encoding.encode(text, disallowed_special=())
 
     def count(self, text: str) -> int:
@@ -212,7 +212,7 @@ class TokenCounter:
         total = 0
         for message in messages:
             if not isinstance(message, Mapping):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"each message must be a dict with 'role' and 'content', got {type(message).__name__}"
                 )
             total += TOKENS_PER_MESSAGE + self.count(str(message.get("role", "")))
@@ -230,7 +230,7 @@ def _tool_payload(schema: ToolSchema, format: ToolFormat) -> dict[str, Any]:
         return schema.to_openai()
     if format == "anthropic":
         return schema.to_anthropic()
-    raise ValueError(f"format must be 'openai' or 'anthropic', got {format!r}")
+    raise InvalidArgumentError(f"format must be 'openai' or 'anthropic', got {format!r}")
 
 
 def _content_text(content: Any) -> str:
@@ -331,7 +331,7 @@ class TokenReport:
         """
         counter = counter or TokenCounter()
         if max_external < 1:
-            raise ValueError(f"max_external must be >= 1, got {max_external!r}")
+            raise InvalidArgumentError(f"max_external must be >= 1, got {max_external!r}")
         schemas = list(session.tool_schemas())
         tools = tuple(
             ToolTokens(s.name, s.provider or "", counter.count_tool(s, "openai"), counter.count_tool(s, "anthropic"))
@@ -437,7 +437,7 @@ def _what_if_sets(
         for i, group in enumerate(sets):
             for schema in group:
                 if not isinstance(schema, ToolSchema):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"what_if[{i}] must be a list of ToolSchema (one list per provider), "
                         f"got an item of type {type(schema).__name__}"
                     )

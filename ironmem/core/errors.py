@@ -32,3 +32,35 @@ class ConfigError(IronMemError):
 
 class EncodingUnavailableError(IronMemError):
     """A tiktoken encoding cannot be loaded (typically offline without TIKTOKEN_CACHE_DIR)."""
+
+
+class OperationError(MemoryWriteError, ValueError):
+    """A memory tool call is malformed or cannot apply (bad action, no unique match, over the limit, ...).
+
+    ``details`` goes into the JSON error result. Also a ``ValueError``, for callers that validate that way.
+    """
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class InvalidArgumentError(IronMemError, ValueError):
+    """An argument passed to an ironmem API is out of range or of the wrong shape; the message says which."""
+
+
+class ProviderUnavailableError(IronMemError, RuntimeError):
+    """A provider cannot run: its package is not installed (the message gives the ``pip install`` line), its
+    backend is down, or it was used before it was set up."""
+
+
+class ScriptExhaustedError(IronMemError, RuntimeError):
+    """A scripted test model (``ironmem.testing``) was called more times than its script has steps."""
+
+
+class ArgumentTypeError(IronMemError, TypeError):
+    """An argument passed to an ironmem API has the wrong type; the message names the type expected."""
+
+
+class ClosedError(IronMemError, RuntimeError):
+    """An object was used after ``close()``; create a new one."""

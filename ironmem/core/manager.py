@@ -13,7 +13,13 @@ from typing import Any
 
 from .builtin import BuiltinMemoryProvider
 from .builtin.store import format_usage
-from .errors import BuiltinProviderError, ProviderConflictError
+from .errors import (
+    ArgumentTypeError,
+    BuiltinProviderError,
+    ClosedError,
+    InvalidArgumentError,
+    ProviderConflictError,
+)
 from .fence import sanitize
 from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
@@ -63,9 +69,9 @@ class MemoryManager:
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{label} must be a positive number of characters, got {value!r}")
+                raise InvalidArgumentError(f"{label} must be a positive number of characters, got {value!r}")
         if prefetch_timeout <= 0:
-            raise ValueError(f"prefetch_timeout must be > 0 seconds, got {prefetch_timeout!r}")
+            raise InvalidArgumentError(f"prefetch_timeout must be > 0 seconds, got {prefetch_timeout!r}")
         self.home = Path(home).expanduser() if home is not None else default_home()
         self.strict = strict
         self.prefetch_timeout = float(prefetch_timeout)
@@ -105,10 +111,10 @@ class MemoryManager:
         it raises :class:`ProviderConflictError` instead.
         """
         if not isinstance(provider, MemoryProvider):
-            raise TypeError(f"add_provider() takes a MemoryProvider instance, got {type(provider).__name__}")
+            raise ArgumentTypeError(f"add_provider() takes a MemoryProvider instance, got {type(provider).__name__}")
         name = getattr(provider, "name", "") or ""
         if not name or name == "builtin":
-            raise ValueError(f"an external provider needs a unique non-empty name other than 'builtin' (got {name!r})")
+            raise InvalidArgumentError(f"an external provider needs a unique non-empty name other than 'builtin' (got {name!r})")
         if self.external is not None:
             message = (
                 f"refused external memory provider {name!r}: {self.external.name!r} is already active and ironmem "
@@ -201,7 +207,7 @@ class MemoryManager:
         bytes, and its live delta covers every write made since, by anyone.
         """
         if self._closed:
-            raise RuntimeError("this MemoryManager is closed; create a new one")
+            raise ClosedError("this MemoryManager is closed; create a new one")
         if isinstance(snapshot, dict):
             snapshot = Snapshot.from_dict(snapshot)
         return Session(self, session_id or uuid.uuid4().hex, user_id, snapshot=snapshot)

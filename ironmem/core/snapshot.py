@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .builtin.store import FileState, format_usage
+from .errors import InvalidArgumentError
 from .fence import sanitize
 from .security import ScanResult, scan
 
@@ -62,7 +63,7 @@ class Snapshot:
     def from_dict(cls, data: dict[str, Any]) -> Snapshot:
         """Inverse of :meth:`to_dict`. Raises ValueError naming what is missing."""
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-            raise ValueError("a saved snapshot needs a 'text' string (from Snapshot.to_dict())")
+            raise InvalidArgumentError("a saved snapshot needs a 'text' string (from Snapshot.to_dict())")
         entries = data.get("entries") or {}
         return cls(data["text"], {t: tuple(entries.get(t, ())) for t in ("memory", "user")})
 

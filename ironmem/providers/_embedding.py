@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["Embedder", "as_embedder", "describe_embedder"]
 
 
@@ -20,15 +22,15 @@ def _to_vector(value: Any, *, where: str) -> list[float]:
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-        raise TypeError(f"{where} returned {type(value).__name__} where a vector (list of floats) was expected")
+        raise ArgumentTypeError(f"{where} returned {type(value).__name__} where a vector (list of floats) was expected")
     try:
         vector = [float(x) for x in value]
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{where} returned a vector with a non-number in it ({exc})") from exc
+        raise ArgumentTypeError(f"{where} returned a vector with a non-number in it ({exc})") from exc
     if not vector:
-        raise ValueError(f"{where} returned an empty vector")
+        raise InvalidArgumentError(f"{where} returned an empty vector")
     if not all(math.isfinite(x) for x in vector):
-        raise ValueError(f"{where} returned a vector with NaN or infinite values")
+        raise InvalidArgumentError(f"{where} returned a vector with NaN or infinite values")
     return vector
 
 
@@ -50,15 +52,15 @@ class Embedder:
         if hasattr(vectors, "tolist"):
             vectors = vectors.tolist()
         if not isinstance(vectors, Sequence) or isinstance(vectors, (str, bytes)):
-            raise TypeError(f"{where} returned {type(vectors).__name__}; expected one vector per text")
+            raise ArgumentTypeError(f"{where} returned {type(vectors).__name__}; expected one vector per text")
         if len(vectors) != count:
-            raise ValueError(f"{where} returned {len(vectors)} vectors for {count} texts")
+            raise InvalidArgumentError(f"{where} returned {len(vectors)} vectors for {count} texts")
         out = [_to_vector(v, where=where) for v in vectors]
         for v in out:
             if self.dims is None:
                 self.dims = len(v)
             elif len(v) != self.dims:
-                raise ValueError(f"{where} returned a {len(v)}-dimensional vector after {self.dims}-dimensional ones")
+                raise InvalidArgumentError(f"{where} returned a {len(v)}-dimensional vector after {self.dims}-dimensional ones")
         return out
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -80,7 +82,7 @@ class Embedder:
 
 def _resolve(obj: Any) -> tuple[str, Callable[[list[str]], Any], Callable[[str], Any]]:
     if obj is None:
-        raise TypeError(
+        raise ArgumentTypeError(
             "no embedder given: pass a LangChain Embeddings, a LlamaIndex embedding, or a callable "
             "list[str] -> list[list[float]]"
         )
@@ -90,7 +92,7 @@ def _resolve(obj: Any) -> tuple[str, Callable[[list[str]], Any], Callable[[str],
         return "llama_index", obj.get_text_embedding_batch, obj.get_query_embedding
     if callable(obj) and not isinstance(obj, type):
         return "callable", obj, lambda text: obj([text])[0]
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{describe_embedder(obj)} is not an embedder: pass a LangChain Embeddings (embed_documents/embed_query), "
         "a LlamaIndex embedding (get_text_embedding_batch/get_query_embedding), or a callable "
         "list[str] -> list[list[float]]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..core.errors import IronMemError
 from ..core.provider import ToolSchema
 
 __all__ = ["ok", "err", "search_schema", "search_args", "ToolArgumentError"]
@@ -12,7 +13,7 @@ __all__ = ["ok", "err", "search_schema", "search_args", "ToolArgumentError"]
 MAX_LIMIT = 20
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(IronMemError, ValueError):
     """A tool call's arguments are wrong; the message goes back to the model as a JSON error."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.errors import InvalidArgumentError, ProviderUnavailableError
 from ..core.provider import MemoryProvider, ToolSchema
 from ._embedding import Embedder, as_embedder, describe_embedder
 from ._tools import ToolArgumentError, search_args, search_schema
@@ -179,9 +180,9 @@ class LocalVectorProvider(MemoryProvider):
         default_user_id: str = DEFAULT_USER,
     ) -> None:
         if not 0.0 < dedupe_threshold <= 1.0:
-            raise ValueError(f"dedupe_threshold must be in (0, 1], got {dedupe_threshold!r}")
+            raise InvalidArgumentError(f"dedupe_threshold must be in (0, 1], got {dedupe_threshold!r}")
         if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k!r}")
+            raise InvalidArgumentError(f"top_k must be at least 1, got {top_k!r}")
         self._embedder: Embedder | None = as_embedder(embedder) if embedder is not None else None
         self.path = Path(path).expanduser() if path is not None else None
         self.top_k = top_k
@@ -254,7 +255,7 @@ class LocalVectorProvider(MemoryProvider):
             if self.path is None:
                 home = ctx.get("home")
                 if not home:
-                    raise ValueError("LocalVectorProvider needs path=... or a home in initialize(..., home=...)")
+                    raise InvalidArgumentError("LocalVectorProvider needs path=... or a home in initialize(..., home=...)")
                 self.path = Path(home) / DB_FILE
             self._open()
 
@@ -272,9 +273,9 @@ class LocalVectorProvider(MemoryProvider):
         if self._conn is not None:
             return self._conn
         if self._embedder is None:
-            raise RuntimeError(self.unavailable_reason)
+            raise ProviderUnavailableError(self.unavailable_reason)
         if self.path is None:
-            raise RuntimeError("LocalVectorProvider has no database path yet: pass path=... or start a session")
+            raise ProviderUnavailableError("LocalVectorProvider has no database path yet: pass path=... or start a session")
         import sqlite_vec
 
         driver = sqlite_driver()
@@ -307,7 +308,7 @@ class LocalVectorProvider(MemoryProvider):
         dims = self._embedder.probe_dims()
         if stored is not None and stored != dims:
             conn.close()
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.path} holds {stored}-dimensional vectors but the embedder "
                 f"{describe_embedder(self._embedder.source)} gives {dims}: use the embedder the database was built "
                 "with, or another path for the new one"
@@ -348,7 +349,7 @@ class LocalVectorProvider(MemoryProvider):
         """
         text = (text or "").strip()
         if not text:
-            raise ValueError("nothing to save: content is empty")
+            raise InvalidArgumentError("nothing to save: content is empty")
         import sqlite_vec
 
         assert self._embedder is not None

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from ..core.errors import InvalidArgumentError, ProviderUnavailableError
 from ..core.provider import MemoryProvider, ToolSchema
 from ._embedding import Embedder, as_embedder
 from ._tools import ToolArgumentError, search_args, search_schema
@@ -128,7 +129,7 @@ class _InferDisabledLLM:
     config = None
 
     def generate_response(self, *args: Any, **kwargs: Any) -> str:
-        raise RuntimeError(
+        raise ProviderUnavailableError(
             "mem0 tried to call an LLM, but this Mem0Provider runs with infer=False and no llm configured. "
             "Set infer=True and give llm=... (mem0's LLM config) to let mem0 extract facts."
         )
@@ -259,12 +260,12 @@ class Mem0Settings(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Mem0Settings:
         if self.mode == "hosted" and self.api_key is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "mem0.api_key is required when mem0.mode is 'hosted': set MEM0_API_KEY (or IRONMEM_MEM0_API_KEY) "
                 "or use mode: local"
             )
         if self.infer and self.llm is None and not self.hosted:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "mem0.llm is required when mem0.infer is true in local mode (mem0's LLM config, e.g. "
                 "{provider: ollama, config: {model: llama3.1}}); or set infer: false"
             )
@@ -326,9 +327,9 @@ class Mem0Provider(MemoryProvider):
         memory: Any = None,
     ) -> None:
         if infer and llm is None and memory is None and not (mode == "hosted" or (mode == "auto" and api_key)):
-            raise ValueError("infer=True needs llm=... (mem0's LLM config) in local mode, or infer=False")
+            raise InvalidArgumentError("infer=True needs llm=... (mem0's LLM config) in local mode, or infer=False")
         if mode == "hosted" and not api_key and memory is None:
-            raise ValueError("mode='hosted' needs api_key=... (or MEM0_API_KEY through the config file)")
+            raise InvalidArgumentError("mode='hosted' needs api_key=... (or MEM0_API_KEY through the config file)")
         self.embedder = embedder
         self.path = Path(path).expanduser() if path is not None else None
         self.mode = mode
@@ -470,10 +471,10 @@ class Mem0Provider(MemoryProvider):
 
     def _build_local(self) -> Any:
         if self.path is None:
-            raise RuntimeError("Mem0Provider has no store folder yet: pass path=... or start a session with a home")
+            raise ProviderUnavailableError("Mem0Provider has no store folder yet: pass path=... or start a session with a home")
         reason = self.unavailable_reason
         if reason:
-            raise RuntimeError(reason)
+            raise ProviderUnavailableError(reason)
         _quiet_mem0(self.telemetry)
         from mem0 import Memory
         from mem0.configs.base import MemoryConfig
@@ -534,7 +535,7 @@ class Mem0Provider(MemoryProvider):
         """Store ``text`` for a user; returns mem0's result items (``id``, ``memory``, ``event``)."""
         text = (text or "").strip()
         if not text:
-            raise ValueError("nothing to save: content is empty")
+            raise InvalidArgumentError("nothing to save: content is empty")
         metadata: dict[str, Any] = {_SOURCE_KEY: source}
         if target:
             metadata["target"] = target

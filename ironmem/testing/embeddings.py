@@ -23,7 +23,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["HashingEmbedder", "HashingEmbeddings", "hashing_vector", "cosine"]
+from ..core.errors import InvalidArgumentError
+
+__all__ = ["HashingEmbedder", "HashingEmbeddings", "hashing_vector", "cosine"]  # noqa: F822 - built lazily
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
@@ -91,7 +93,7 @@ class HashingEmbedder:
 
     def __init__(self, dims: int = 256) -> None:
         if dims < 8:
-            raise ValueError(f"dims must be at least 8, got {dims}")
+            raise InvalidArgumentError(f"dims must be at least 8, got {dims}")
         self.dims = dims
         self.calls = 0
 

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from ..core.errors import InvalidArgumentError
 from ..core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE
 from ..core.provider import MemoryProvider, ToolSchema
 
@@ -150,7 +151,7 @@ class InjectingProvider(MemoryProvider):
                  in_system_block: bool = False) -> None:
         unknown = [k for k in kinds if k not in INJECTIONS]
         if unknown:
-            raise ValueError(f"unknown injection kinds {unknown}; choose from {list(INJECTIONS)}")
+            raise InvalidArgumentError(f"unknown injection kinds {unknown}; choose from {list(INJECTIONS)}")
         self.name = name
         self.kinds = kinds
         self.as_block = as_block

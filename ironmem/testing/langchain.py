@@ -42,6 +42,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         'ironmem.testing.langchain needs LangChain: pip install "ironmem[langchain]"'
     ) from exc
 
+from ..core.errors import ArgumentTypeError, ScriptExhaustedError
+
 __all__ = ["ScriptedChatModel", "ScriptedRequest", "ScriptExhaustedError", "Step"]
 
 #: One scripted reply: a message, plain text, or a callable that sees the request's messages and returns one.
@@ -51,10 +53,6 @@ Step = (
     | Callable[[list[BaseMessage]], "AIMessage | str"]
     | Callable[[list[BaseMessage]], Awaitable["AIMessage | str"]]
 )
-
-
-class ScriptExhaustedError(RuntimeError):
-    """The model was called more times than its script has steps."""
 
 
 @dataclass
@@ -205,7 +203,7 @@ class ScriptedChatModel(BaseChatModel):
         elif isinstance(reply, AIMessage):
             message = reply.model_copy(deep=True)
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"a ScriptedChatModel step must give an AIMessage or a str, got {type(reply).__name__}"
             )
         usage = self.usage_metadata(request) if callable(self.usage_metadata) else self.usage_metadata
@@ -226,7 +224,7 @@ class ScriptedChatModel(BaseChatModel):
             close = getattr(reply, "close", None)
             if close is not None:
                 close()  # don't leave a never-awaited coroutine behind
-            raise TypeError("this script step is async; call the model with ainvoke()")
+            raise ArgumentTypeError("this script step is async; call the model with ainvoke()")
         return self._finish(request, reply)
 
     async def _agenerate(

@@ -49,6 +49,8 @@ try:  # ToolCallBlock arrived during 0.14.x; older releases carry tool calls in 
 except ImportError:  # pragma: no cover - depends on the installed llama-index-core
     _ToolCallBlock = None  # type: ignore[assignment,misc]
 
+from ..core.errors import ArgumentTypeError, InvalidArgumentError, ScriptExhaustedError
+
 __all__ = [
     "ScriptedFunctionCallingLLM",
     "ScriptedToolCall",
@@ -56,10 +58,6 @@ __all__ = [
     "tool_call",
     "ScriptExhaustedError",
 ]
-
-
-class ScriptExhaustedError(RuntimeError):
-    """The model was asked for more responses than its script holds."""
 
 
 @dataclass(frozen=True)
@@ -353,7 +351,7 @@ class ScriptedFunctionCallingLLM(FunctionCallingLLM):
                 )
             )
         if not selections and error_on_no_tool_call:
-            raise ValueError(f"expected at least one tool call, got: {response.message.content!r}")
+            raise InvalidArgumentError(f"expected at least one tool call, got: {response.message.content!r}")
         return selections
 
 
@@ -366,7 +364,7 @@ def _to_message(step: Any) -> ChatMessage:
         step = [step]
     if isinstance(step, (list, tuple)) and step and all(isinstance(s, ScriptedToolCall) for s in step):
         return _tool_call_message(list(step))
-    raise TypeError(
+    raise ArgumentTypeError(
         "a script step must be a str, a ScriptedToolCall (see tool_call()), a list of them, a ChatMessage, "
         f"or a callable returning one of those; got {type(step).__name__}"
     )

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import InvalidArgumentError, IronMemError
 from ..core.manager import MAX_EXTERNAL_TOOLS, MemoryManager
 from ..core.provider import MemoryProvider, ToolSchema
 
@@ -68,7 +69,7 @@ _BUILTIN_TOOLS = ("memory", "session_search")
 _JSON_TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
 
 
-class ContractViolation(AssertionError):
+class ContractViolation(IronMemError, AssertionError):
     """A provider broke the contract. ``failures`` lists every failed check."""
 
     def __init__(self, failures: list[CheckFailure]) -> None:
@@ -103,8 +104,8 @@ class ContractSettings:
     prefetch_timeout: float = 30.0
 
 
-class _Fail(Exception):
-    pass
+class _Fail(IronMemError):
+    """One check failed (internal: collected into ContractViolation)."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -481,7 +482,7 @@ def check_provider(
     names = list(CHECKS) if checks is None else list(checks)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
-        raise ValueError(f"unknown contract checks {unknown}; choose from {list(CHECKS)}")
+        raise InvalidArgumentError(f"unknown contract checks {unknown}; choose from {list(CHECKS)}")
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ironmem-contract-"))
     failures = [f for f in (_run(n, factory, base, settings) for n in names) if f is not None]
     if failures:

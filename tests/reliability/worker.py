@@ -156,8 +156,7 @@ def _turn_writer(db: str, start: int, progress: str) -> None:
 
 def _kill_self_at_replace(home: str) -> None:
     """Write once, dying by SIGKILL at the exact moment the temp file would replace MEMORY.md."""
-    from ironmem.core.builtin import BuiltinMemoryProvider
-    from ironmem.core.builtin import store
+    from ironmem.core.builtin import BuiltinMemoryProvider, store
 
     provider = BuiltinMemoryProvider(home)
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ...core.errors import ArgumentTypeError
 from ...core.manager import MemoryManager
 from ...core.session import Session
 
@@ -23,7 +24,7 @@ log = logging.getLogger("ironmem.langchain")
 def require_source(value: Any, owner: str) -> Session | MemoryManager:
     """``value`` when it is an ironmem Session or MemoryManager; else a TypeError that shows how to make one."""
     if not isinstance(value, Session | MemoryManager):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{owner} takes an ironmem Session or MemoryManager, got {type(value).__name__}; "
             f"e.g. {owner}(MemoryManager(home='~/.ironmem'))"
         )
@@ -57,7 +58,7 @@ class SessionRegistry:
 
     def __init__(self, manager: MemoryManager, *, user_id: str | None = None) -> None:
         if not isinstance(manager, MemoryManager):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"expected an ironmem MemoryManager, got {type(manager).__name__}; "
                 "create one with ironmem.MemoryManager(home=...)"
             )

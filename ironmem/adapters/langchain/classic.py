@@ -23,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
+from ...core.errors import InvalidArgumentError
 from ...core.manager import MemoryManager
 from ...core.recall import Recall
 from ...core.session import Session
@@ -84,7 +85,7 @@ class IronClassicMemory(BaseMemory):
             warnings.simplefilter("ignore", LangChainDeprecationWarning)
             super().__init__(source=source, **kwargs)
         if self.memory_key == self.snapshot_key:
-            raise ValueError(f"memory_key and snapshot_key must differ (both are {self.memory_key!r})")
+            raise InvalidArgumentError(f"memory_key and snapshot_key must differ (both are {self.memory_key!r})")
         if isinstance(source, Session):
             self._session = source
         else:
@@ -114,7 +115,7 @@ class IronClassicMemory(BaseMemory):
             return str(inputs[self.input_key])
         candidates = [k for k in inputs if k not in self.memory_variables and k not in _NOT_USER_INPUT]
         if len(candidates) != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"IronClassicMemory cannot tell which input is the user's text among {sorted(candidates)}; "
                 "pass input_key=... (e.g. IronClassicMemory(manager, input_key='question'))"
             )
@@ -129,7 +130,7 @@ class IronClassicMemory(BaseMemory):
             return str(outputs["output"])
         candidates = [k for k in outputs if k != "intermediate_steps"]
         if len(candidates) != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"IronClassicMemory cannot tell which output is the answer among {sorted(candidates)}; "
                 "pass output_key=..."
             )

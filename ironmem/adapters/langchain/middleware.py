@@ -39,6 +39,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
+from ...core.errors import InvalidArgumentError
 from ...core.fence import fence
 from ...core.manager import MemoryManager
 from ...core.session import Session
@@ -145,7 +146,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         user_id: str | None = None,
     ) -> None:
         if recall not in ("replay", "ephemeral"):
-            raise ValueError(f"recall must be 'replay' or 'ephemeral', got {recall!r}")
+            raise InvalidArgumentError(f"recall must be 'replay' or 'ephemeral', got {recall!r}")
         self.manager = manager
         self.recall: RecallPolicy = recall
         self.user_id = user_id

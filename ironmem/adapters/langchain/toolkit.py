@@ -18,8 +18,8 @@ from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import ConfigDict, PrivateAttr
 
 from ...core.manager import MemoryManager
-from ...core.session import Session
 from ...core.provider import ToolSchema
+from ...core.session import Session
 from ._sessions import SessionRegistry, require_source, thread_id_from_config, user_id_from
 
 __all__ = ["IronMemoryToolkit", "make_memory_tool", "SessionResolver"]

@@ -14,6 +14,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import BaseMemoryBlock
 from pydantic import Field, PrivateAttr
 
+from ...core.errors import ArgumentTypeError, InvalidArgumentError
 from ...core.manager import MemoryManager
 from ...core.session import Session
 from . import _registry
@@ -62,7 +63,7 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
             elif isinstance(getattr(session, "session", None), Session):  # an IronMemory
                 live = session.session
             else:
-                raise TypeError(
+                raise ArgumentTypeError(
                     "SnapshotMemoryBlock takes a Session, a MemoryManager or an IronMemory, "
                     f"got {type(session).__name__}"
                 )
@@ -81,7 +82,7 @@ class SnapshotMemoryBlock(BaseMemoryBlock[str]):
         live = _registry.lookup(self.session_handle) if self.session_handle else None
         if live is None:
             if not self.home:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "SnapshotMemoryBlock needs a session: "
                     "SnapshotMemoryBlock(session=manager.start_session(...))"
                 )

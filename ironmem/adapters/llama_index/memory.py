@@ -40,6 +40,7 @@ from pydantic import (
     model_serializer,
 )
 
+from ...core.errors import ArgumentTypeError, ClosedError, InvalidArgumentError
 from ...core.manager import MemoryManager
 from ...core.session import Session
 from . import _registry
@@ -99,7 +100,7 @@ class _State:
         return self  # a live handle: copies share it
 
     def __reduce__(self) -> Any:
-        raise TypeError("the live state of an IronMemory cannot be pickled; pickle the IronMemory itself")
+        raise ArgumentTypeError("the live state of an IronMemory cannot be pickled; pickle the IronMemory itself")
 
     def history_is_ephemeral(self) -> bool:
         """True when the chat history lives only in this process (in-memory SQLite or a non-SQL memory)."""
@@ -202,18 +203,18 @@ class IronMemory(BaseMemory):
                 ``async_database_uri``, ...).
         """
         if recall_policy not in ("replay", "ephemeral"):
-            raise ValueError(f"recall_policy must be 'replay' or 'ephemeral', got {recall_policy!r}")
+            raise InvalidArgumentError(f"recall_policy must be 'replay' or 'ephemeral', got {recall_policy!r}")
         owns_manager = False
         if session is not None:
             if not isinstance(session, Session):
-                raise TypeError(f"session must be an ironmem Session, got {type(session).__name__}")
+                raise ArgumentTypeError(f"session must be an ironmem Session, got {type(session).__name__}")
             manager = session.manager
         else:
             if manager is None:
                 manager = MemoryManager(home=home)
                 owns_manager = True
             elif not isinstance(manager, MemoryManager):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"manager must be an ironmem MemoryManager, got {type(manager).__name__}; "
                     "build one with MemoryManager(home=...)"
                 )
@@ -243,7 +244,7 @@ class IronMemory(BaseMemory):
     def _rebuild(self) -> _State:
         """Reopen this memory from its serialized fields (a new process, or a handle that was closed)."""
         if not self.home:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "cannot rebuild IronMemory: its 'home' (memory folder) is unknown. Create it with "
                 "IronMemory.from_defaults(manager=..., session_id=...) or pass home=..."
             )
@@ -313,7 +314,7 @@ class IronMemory(BaseMemory):
     def state(self) -> _State:
         state = self._state
         if state is None or state.closed:
-            raise RuntimeError(
+            raise ClosedError(
                 "this IronMemory is closed; create a new one with IronMemory.from_defaults(...)"
             )
         return state
@@ -477,7 +478,7 @@ class IronMemory(BaseMemory):
         cleaned = []
         for message in messages:
             if not isinstance(message, ChatMessage):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"IronMemory stores llama_index ChatMessage objects, got {type(message).__name__}"
                 )
             if role_of(message) == "system" and text_of(message) == snapshot:
@@ -599,19 +600,19 @@ def _build_history(
 ) -> tuple[BaseMemory, dict[str, Any]]:
     if isinstance(history, BaseMemory):
         if history_kwargs or history_path is not None:
-            raise ValueError("pass either a ready history memory or Memory.from_defaults arguments, not both")
+            raise InvalidArgumentError("pass either a ready history memory or Memory.from_defaults arguments, not both")
         if isinstance(history, IronMemory):
-            raise TypeError("history must be a plain LlamaIndex memory (e.g. Memory), not another IronMemory")
+            raise ArgumentTypeError("history must be a plain LlamaIndex memory (e.g. Memory), not another IronMemory")
         return history, _portable_history_config(history, {})
     if history is not None and not isinstance(history, dict):
-        raise TypeError(
+        raise ArgumentTypeError(
             "history must be a llama_index BaseMemory (e.g. Memory.from_defaults(...)) or a dict of "
             f"Memory.from_defaults arguments, got {type(history).__name__}"
         )
     kwargs = {**(history or {}), **history_kwargs}
     if history_path is not None:
         if "async_database_uri" in kwargs:
-            raise ValueError("pass history_path or async_database_uri, not both")
+            raise InvalidArgumentError("pass history_path or async_database_uri, not both")
         path = Path(history_path).expanduser().resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         kwargs["async_database_uri"] = f"sqlite+aiosqlite:///{path}"

@@ -16,9 +16,10 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict
 from llama_index.core.tools import FunctionTool, ToolMetadata
 from llama_index.core.tools.tool_spec.base import BaseToolSpec
 
+from ...core.errors import ArgumentTypeError, InvalidArgumentError
 from ...core.manager import MemoryManager
-from ...core.session import Session
 from ...core.provider import ToolSchema
+from ...core.session import Session
 
 __all__ = ["IronMemoryToolSpec", "SchemaToolMetadata", "memory_tools"]
 
@@ -82,7 +83,7 @@ def _session_of(session_or_manager: Session | MemoryManager | Any) -> Session:
     session = getattr(session_or_manager, "session", None)  # an IronMemory
     if isinstance(session, Session):
         return session
-    raise TypeError(
+    raise ArgumentTypeError(
         "IronMemoryToolSpec takes a Session, a MemoryManager or an IronMemory, "
         f"got {type(session_or_manager).__name__}"
     )
@@ -133,7 +134,7 @@ class IronMemoryToolSpec(BaseToolSpec):
             missing = wanted - {t.metadata.name for t in tools}
             if missing:
                 available = ", ".join(s.name for s in self.session.tool_schemas())
-                raise ValueError(f"unknown memory tool(s) {sorted(missing)}; available: {available}")
+                raise InvalidArgumentError(f"unknown memory tool(s) {sorted(missing)}; available: {available}")
         return tools
 
     def _callables(self, name: str) -> tuple[Any, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import logging
 import itertools
+import logging
 import math
 import re
 import sqlite3

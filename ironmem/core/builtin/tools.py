@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import OperationError
 from ..provider import ToolSchema
 from .store import ENTRY_DELIMITER, format_usage, render_entries
 
@@ -74,14 +75,6 @@ SEARCH_TOOL = ToolSchema(
     },
     provider="builtin",
 )
-
-
-class OperationError(ValueError):
-    """An operation cannot be applied. ``details`` goes into the JSON error result."""
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.details = details
 
 
 @dataclass(frozen=True)
