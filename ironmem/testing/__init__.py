@@ -12,10 +12,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from ..core.errors import ScriptExhaustedError
+
 _LAZY = {
     "ScriptedChatModel": "langchain",
     "ScriptedRequest": "langchain",
-    "ScriptExhaustedError": "langchain",
+    "ScriptedToolCall": "llama_index",
+    "tool_call": "llama_index",
     "ScriptedFunctionCallingLLM": "llama_index",
     "ProviderContract": "provider_contract",
     "ContractViolation": "provider_contract",
@@ -28,7 +31,7 @@ _LAZY = {
     "HashingEmbeddings": "embeddings",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted([*_LAZY, "ScriptExhaustedError"])
 
 
 def __getattr__(name: str) -> Any:
