@@ -47,6 +47,8 @@ EXIT_ERROR = 2
 EXIT_BLOCKED = 1
 
 TARGET_FILES = {"memory": "MEMORY.md", "user": "USER.md"}
+#: ``simulate`` keeps every request's tokens (quadratic in turns with replayed history): this bounds its memory.
+MAX_SIMULATED_TURNS = 300
 
 app = typer.Typer(
     name="ironmem",
@@ -108,7 +110,7 @@ def _visible(text: str, limit: int | None = None) -> str:
 # --------------------------------------------------------------------------------------------------
 # Home and manager
 # --------------------------------------------------------------------------------------------------
-def resolve_home(home: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+def resolve_home(home: str | os.PathLike[str] | None = None, *, origin: str = "--home") -> tuple[Path, str]:
     """Where the memory home is and where that came from (``--home``, ``IRONMEM_HOME`` or ``default``).
 
     Raises :class:`CLIError` when the folder does not exist or is not a folder. A Hermes root (``~/.hermes``,
@@ -123,7 +125,7 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> tuple[Path, str]
     from .core.manager import default_home
 
     if home is not None and str(home) != "":
-        path, origin = Path(home).expanduser(), "--home"
+        path = Path(home).expanduser()
     elif os.environ.get("IRONMEM_HOME"):
         path, origin = Path(os.environ["IRONMEM_HOME"]).expanduser(), "IRONMEM_HOME"
     else:
@@ -163,24 +165,12 @@ def _open_manager(opts: Options) -> MemoryManager:
             raise CLIError(
                 f"config file {config} does not exist (from --config); pass the path of a config.yaml"
             )
-        try:
-            from .core.config import manager_from_config
-        except ImportError as exc:
-            raise CLIError(
-                f"this ironmem install cannot read config files ({exc}); reinstall ironmem"
-            ) from exc
-        if not opts.home:
-            return manager_from_config(config)
-        home, _ = resolve_home(opts.home)
-        previous = os.environ.get("IRONMEM_MEMORY_HOME")
-        os.environ["IRONMEM_MEMORY_HOME"] = str(home)  # config.py: IRONMEM_MEMORY_<KEY> overrides the file
-        try:
-            return manager_from_config(config)
-        finally:
-            if previous is None:
-                os.environ.pop("IRONMEM_MEMORY_HOME", None)
-            else:
-                os.environ["IRONMEM_MEMORY_HOME"] = previous
+        from .core.config import load_config, manager_from_config
+
+        loaded = load_config(config)
+        # A missing home is the same error whether it comes from --home, IRONMEM_HOME or the file's memory.home.
+        home, _ = resolve_home(opts.home) if opts.home else resolve_home(loaded.home, origin=f"memory.home in {config}")
+        return manager_from_config(loaded, home=home)
     home, _ = resolve_home(opts.home)
     return MemoryManager(home=home)
 
@@ -386,33 +376,39 @@ def remove(
     home: str | None = _HOME_OPTION,
     target: str = typer.Argument(..., help="memory or user."),
     number: int = typer.Argument(..., help="The entry's number, as `ironmem show` lists it."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    no_backup: bool = typer.Option(False, "--no-backup", help="Do not keep a copy of the file before removing."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
-    """Remove one entry by its number (for example an entry the scanner blocked)."""
-    from .core.builtin.tools import Operation, OperationError
-    from .core.errors import MemoryFileError
+    """Remove one entry by its number (for example an entry the scanner blocked), after a confirmation; a copy
+    of the file as it was is kept beside it (FILE.<time>.bak)."""
+    from .core.errors import MemoryFileError, OperationError
 
     opts = _opts(ctx, home)
     if target not in TARGET_FILES:
         raise CLIError(f"unknown target {target!r}; use memory or user")
     with _manager(opts) as manager:
-        state = manager.builtin.files[target].read()
-        if state.corrupt:
-            raise CLIError(
-                f"{state.corrupt} ({manager.builtin.files[target].path}); fix or delete the file first"
-            )
-        if not 1 <= number <= len(state.entries):
-            raise CLIError(
-                f"{TARGET_FILES[target]} has {len(state.entries)} entries; pick a number from `ironmem show`"
-            )
-        entry = state.entries[number - 1]
+        entries = manager.builtin.files[target].read().entries
+        if 1 <= number <= len(entries) and not yes:
+            if not sys.stdin.isatty():
+                raise CLIError(
+                    f"about to remove entry {number} of {TARGET_FILES[target]} ({_visible(entries[number - 1], 60)}); "
+                    "there is no terminal to confirm on: pass --yes"
+                )
+            if not typer.confirm(f"Remove entry {number} of {TARGET_FILES[target]}: {_visible(entries[number - 1], 80)}?"):
+                raise CLIError("nothing removed", code=1)
         try:
-            manager.builtin.apply([Operation("remove", target, old_text=entry)])
+            entry, backup = manager.remove_entry(target, number, backup=not no_backup)
         except (OperationError, MemoryFileError) as exc:
             raise CLIError(f"could not remove entry {number} of {TARGET_FILES[target]}: {exc}") from exc
         usage = manager.builtin.usage(target)
-    _console().print(
-        Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}")
-    )
+    if as_json:
+        _echo_json({"removed": entry, "target": target, "number": number, "usage": usage,
+                    "backup": str(backup) if backup else None})
+        return
+    _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}"))
+    if backup:
+        _console().print(Text(f"the file as it was is kept at {backup}"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -673,8 +669,11 @@ def simulate(
     """Replay a scripted session under each memory strategy and provider policy: cached share and cost."""
     from .demo import DemoError, run_simulation
 
-    if turns < 1:
-        raise CLIError(f"--turns must be at least 1, got {turns}")
+    if not 1 <= turns <= MAX_SIMULATED_TURNS:
+        raise CLIError(
+            f"--turns must be between 1 and {MAX_SIMULATED_TURNS}, got {turns}: the simulation keeps every "
+            "request's tokens, and with replayed history they grow with the square of the turns"
+        )
     if write_every < 0:
         raise CLIError(f"--write-every must be 0 (never) or more, got {write_every}")
     policies = list(policy) if policy else None
@@ -812,10 +811,56 @@ def main(argv: Sequence[str] | None = None) -> None:
         logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
 
 
+#: Options of the root command that may also be written after the command name (``ironmem status --config x``).
+_GLOBAL_VALUE_OPTIONS = ("--home", "--config")
+_GLOBAL_FLAGS = ("--verbose", "-v")
+
+
+def _hoist_global_options(args: list[str]) -> list[str]:
+    """Move global options written after the command name in front of it, so that both orders work. A command
+    with an option of the same name (``demo --home``) keeps its own."""
+    from typer.main import get_command
+
+    group = get_command(app)
+    commands = getattr(group, "commands", {})
+    position = next((i for i, a in enumerate(args) if a in commands), None)
+    if position is None:
+        return args
+    own = {opt for param in commands[args[position]].params for opt in getattr(param, "opts", [])}
+    front, rest, i = list(args[:position]), [args[position]], position + 1
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in _GLOBAL_VALUE_OPTIONS and name not in own:
+            if "=" in arg:
+                front.append(arg)
+            else:
+                front.extend(args[i:i + 2])
+                i += 1
+        elif arg in _GLOBAL_FLAGS and arg not in own:
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _warn_unknown_environment() -> None:
+    from .core.config import unknown_environment_variables
+
+    for var in unknown_environment_variables():
+        sys.stderr.write(f"ironmem: warning: environment variable {var} sets nothing (a typo?); see `ironmem --help`\n")
+
+
 def _run(args: list[str], debug: bool) -> None:
     from .core.errors import IronMemError
 
     try:
+        args = _hoist_global_options(args)
+        _warn_unknown_environment()
         code = app(args=args, prog_name="ironmem", standalone_mode=False)
     except CLIError as exc:
         _fail(str(exc), exc.code)

@@ -174,9 +174,17 @@ def test_show_numbers_entries_and_flags_the_ones_the_scanner_blocks(filled: Path
 
 
 def test_remove_deletes_one_entry_by_its_number(filled: Path, cli) -> None:
-    proc = run("remove", "user", "2", home=filled)
+    before = (filled / "USER.md").read_text(encoding="utf-8")
+    unconfirmed = run("remove", "user", "2", home=filled)  # no terminal to confirm on, and no --yes
+    assert_one_line_error(unconfirmed, "--yes")
+    assert (filled / "USER.md").read_text(encoding="utf-8") == before
+
+    proc = run("remove", "user", "2", "--yes", "--json", home=filled)
     assert proc.returncode == 0, proc.stderr
     assert (filled / "USER.md").read_text(encoding="utf-8") == "Name: Ada\n§\n喜欢爬山"
+    result = json.loads(proc.stdout)
+    assert result["number"] == 2 and "Ignore" in result["removed"]
+    assert Path(result["backup"]).read_text(encoding="utf-8") == before  # the file as it was, kept
     assert_one_line_error(cli("remove", "user", "9", home=filled), "USER.md has 2 entries")
     assert_one_line_error(cli("remove", "notes", "1", home=filled), "unknown target")
 
@@ -377,7 +385,7 @@ def test_corrupt_memory_file_is_one_line_and_left_untouched(filled: Path, cli) -
     corrupt = b"\xff\xfenot utf-8 at all"
     (filled / "MEMORY.md").write_bytes(corrupt)
     assert_one_line_error(run("status", home=filled), "MEMORY.md is not valid UTF-8")
-    for args in (("show",), ("remove", "memory", "1")):
+    for args in (("show",), ("remove", "memory", "1", "--yes")):
         assert_one_line_error(cli(*args, home=filled), "MEMORY.md is not valid UTF-8")
     assert (filled / "MEMORY.md").read_bytes() == corrupt
     assert list((filled / ".ironmem" / "backups").glob("MEMORY.md.*.corrupt"))
@@ -475,3 +483,33 @@ def test_demo_collects_the_cached_tokens_a_model_reports(capfd: pytest.CaptureFi
     out = capfd.readouterr().out
     assert "cached tokens reported by ScriptedChatModel" in out
     assert f"{result.usage['cache_read']:,} read from cache" in out
+
+
+def test_global_options_work_before_or_after_the_command(filled: Path, tmp_path: Path) -> None:
+    before = run("--home", str(filled), "show", "--json")
+    after = run("show", "--json", "--home", str(filled))
+    assert before.returncode == after.returncode == 0, after.stderr
+    assert json.loads(before.stdout) == json.loads(after.stdout)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"memory:\n  home: {filled}\n", encoding="utf-8")
+    assert run("status", "--json", "--config", str(config)).returncode == 0
+    assert run("--config", str(config), "-v", "status", "--json").returncode == 0
+
+
+def test_config_and_home_treat_a_missing_folder_the_same_way(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"memory:\n  home: {missing}\n", encoding="utf-8")
+    assert_one_line_error(run("status", home=missing), "does not exist")
+    assert_one_line_error(run("--config", str(config), "status"), "does not exist", "memory.home")
+    assert not missing.exists()  # inspecting never creates the home
+
+
+def test_unknown_ironmem_variables_are_reported(filled: Path) -> None:
+    proc = run("status", "--json", home=filled, env={"IRONMEM_HOMEE": "/tmp", "IRONMEM_MEMORY_PREFETCH_TIMEOUT": "2"})
+    assert proc.returncode == 0
+    assert "IRONMEM_HOMEE" in proc.stderr and "PREFETCH" not in proc.stderr
+
+
+def test_simulate_refuses_a_turn_count_it_cannot_hold(cli) -> None:
+    assert_one_line_error(cli("simulate", "--turns", "5000"), "--turns must be between 1 and")

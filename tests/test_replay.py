@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pytest
 
 from ironmem import ToolSchema
@@ -149,3 +150,16 @@ def test_results_are_consistent(script, counter, results) -> None:
     seqs = [request_tokens(r, counter, "openai").tokens for _, r in build_requests(script, "no_memory")]
     assert sum(theoretical_max_cached(seqs, OpenAIPolicy(model="gpt-5"))) == \
         results["openai"]["no_memory"].theoretical_cached_tokens
+
+
+def test_a_long_scripted_session_makes_room_instead_of_failing_over_the_limit(tmp_path) -> None:
+    """A write on every turn fills MEMORY.md long before turn 150; the script drops its oldest notes, as an
+    agent would, so long simulations (``ironmem simulate --turns 150``) run to the end."""
+    from ironmem.analysis.replay import record_session
+
+    script = record_session(tmp_path, turns=150, write_every=1)
+    assert len(script.turns) == 150
+    results = [json.loads(t.tool_result) for t in script.turns if t.tool_call]
+    assert len(results) == 150 and all(r["success"] for r in results)
+    text = (tmp_path / "MEMORY.md").read_text(encoding="utf-8")
+    assert len(text) <= 2200 and "Session note 150" in text

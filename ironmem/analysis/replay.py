@@ -379,6 +379,18 @@ class SessionScript:
         return sum(1 for t in self.turns if t.tool_call is not None)
 
 
+def _write_making_room(session: Any, manager: Any, args: dict[str, Any]) -> str:
+    """Retry a scripted write that hit the char limit after removing the oldest scripted session notes."""
+    notes = [e for e in manager.builtin.state(args.get("target", "memory")).entries if e.startswith("Session note")]
+    result = ""
+    for count in range(1, len(notes) + 1):
+        ops = [{"action": "remove", "target": args.get("target", "memory"), "old_text": e} for e in notes[:count]]
+        result = session.handle_tool_call("memory", {"operations": [*ops, args]})
+        if json.loads(result).get("success"):
+            break
+    return result
+
+
 def record_session(
     home: str | Path | None = None,
     *,
@@ -446,6 +458,9 @@ def record_session(
                     }
                     call = {"id": f"call_{turn_no:03d}", "name": "memory", "arguments": args}
                     result_text = session.handle_tool_call("memory", args)
+                    if not json.loads(result_text).get("success"):
+                        # MEMORY.md is full: do what an agent is told to do, drop the oldest session note.
+                        result_text = _write_making_room(session, manager, args)
                     if not json.loads(result_text).get("success"):
                         raise MemoryWriteError(f"the scripted memory write of turn {turn_no} failed: {result_text}")
                 records.append(

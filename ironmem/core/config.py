@@ -275,6 +275,34 @@ def _env_overrides(section: str, model: type[BaseModel] | None, aliases: dict[st
     return out
 
 
+#: IRONMEM_* variables that are not config keys.
+KNOWN_GLOBAL_VARIABLES = frozenset({"IRONMEM_HOME", "IRONMEM_DEBUG"})
+
+
+def unknown_environment_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """``IRONMEM_*`` variables that set nothing: neither a known global (``IRONMEM_HOME``, ``IRONMEM_DEBUG``)
+    nor a key of the ``memory`` section or of a registered provider's section. Almost always typos.
+
+    Example:
+        >>> unknown_environment_variables({"IRONMEM_HOME": "/x", "IRONMEM_HOMEE": "/x", "PATH": "/bin"})
+        ['IRONMEM_HOMEE']
+    """
+    env = os.environ if environ is None else environ
+    memory_keys = set(MemorySettings.model_fields)
+    providers = {name: _env_prefix(name) for name in available_providers()}
+    unknown = []
+    for var in sorted(env):
+        if not var.startswith("IRONMEM_") or var in KNOWN_GLOBAL_VARIABLES:
+            continue
+        prefix = _env_prefix("memory")
+        if var.startswith(prefix) and var[len(prefix):].lower() in memory_keys:
+            continue
+        if any(var.startswith(p) for p in providers.values()):
+            continue  # checked against the provider's own settings when its section loads
+        unknown.append(var)
+    return unknown
+
+
 def _format_validation(section: str, exc: ValidationError, model: type[BaseModel]) -> str:
     lines = []
     fields = list(model.model_fields)
@@ -423,15 +451,20 @@ def build_provider(name: str, settings: Any, *, home: Path) -> MemoryProvider:
     return provider
 
 
-def manager_from_config(path: str | Path) -> MemoryManager:
-    """A :class:`~ironmem.MemoryManager` built from ``config.yaml`` at ``path``, with its provider attached.
+def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | None = None) -> MemoryManager:
+    """A :class:`~ironmem.MemoryManager` built from ``config.yaml`` at ``path`` (or an already loaded
+    :class:`IronMemConfig`), with its provider attached. ``home`` overrides the file's ``memory.home``.
 
     A configured provider that cannot join (unavailable, too many tools) is a :class:`ConfigError`: the file
     asked for it, so running without it silently would hide the problem.
     """
+    from dataclasses import replace
+
     from .manager import MemoryManager
 
-    config = load_config(path)
+    config = path if isinstance(path, IronMemConfig) else load_config(path)
+    if home is not None:
+        config = replace(config, home=Path(home).expanduser())
     settings = config.memory
     provider = build_provider(config.provider, config.provider_settings, home=config.home) if config.provider else None
     manager = MemoryManager(

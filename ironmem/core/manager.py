@@ -239,6 +239,39 @@ class MemoryManager:
         )
 
     # -- status ---------------------------------------------------------------------------------
+    def remove_entry(self, target: str, number: int, *, backup: bool = True) -> tuple[str, Path | None]:
+        """Remove entry ``number`` (1-based, in file order, as ``ironmem show`` lists it) of ``target``
+        (``memory`` or ``user``). With ``backup``, a copy of the file as it was is kept beside it first.
+
+        Returns the removed text and the backup's path. Raises :class:`OperationError` for a bad target or
+        number and :class:`MemoryFileError` for a file that cannot be read; nothing is written then.
+        """
+        import shutil
+        import time
+
+        from .builtin.tools import Operation
+        from .errors import MemoryFileError, OperationError
+
+        if target not in self.builtin.files:
+            raise OperationError(f"unknown target {target!r}; use memory or user")
+        memory_file = self.builtin.files[target]
+        state = memory_file.read()
+        if state.corrupt:
+            raise MemoryFileError(f"{state.corrupt} ({memory_file.path}); fix or delete the file first")
+        if not 1 <= number <= len(state.entries):
+            raise OperationError(
+                f"{memory_file.path.name} has {len(state.entries)} entries; pick a number between 1 and "
+                f"{len(state.entries)} (as `ironmem show` lists them)"
+            )
+        entry = state.entries[number - 1]
+        copy: Path | None = None
+        if backup and memory_file.path.exists():
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            copy = memory_file.path.with_name(f"{memory_file.path.name}.{stamp}.{os.getpid()}.bak")
+            shutil.copy2(memory_file.path, copy)
+        self.builtin.apply([Operation("remove", target, old_text=entry)])
+        return entry, copy
+
     def status(self) -> dict[str, Any]:
         """Providers and their health, file usage, the snapshot hash a new session would get."""
         files: dict[str, Any] = {}
