@@ -229,3 +229,38 @@ def test_hosted_client_round_trip(tmp_path: Path) -> None:  # pragma: no cover -
     added = json.loads(provider.handle_tool_call("mem0_add", {"content": "ironmem hosted test fact: teal"}))
     assert added["success"] is True
     provider.shutdown()
+
+
+def test_open_without_a_path_uses_the_memory_home(tmp_path: Path, monkeypatch) -> None:
+    """``Mem0Provider(embedder=...).open()``, as the docs write it, works: the store goes under the home."""
+    monkeypatch.setenv("IRONMEM_HOME", str(tmp_path / "home"))
+    provider = Mem0Provider(embedder=HashingEmbeddings(dims=64)).open()
+    try:
+        assert provider.path == tmp_path / "home" / "mem0" and provider.path.is_dir()
+    finally:
+        provider.shutdown()
+    explicit = Mem0Provider(embedder=HashingEmbeddings(dims=64)).open(home=tmp_path / "other")
+    try:
+        assert explicit.path == tmp_path / "other" / "mem0"
+    finally:
+        explicit.shutdown()
+
+
+def test_a_process_that_never_closes_mem0_exits_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from ironmem import MemoryManager\n"
+        "from ironmem.providers.mem0 import Mem0Provider\n"
+        "from ironmem.testing.embeddings import HashingEmbeddings\n"
+        f"m = MemoryManager(home={str(tmp_path / 'home')!r}, external=Mem0Provider(embedder=HashingEmbeddings(dims=64), "
+        f"path={str(tmp_path / 'mem0')!r}).open())\n"
+        "s = m.start_session('s1')\n"
+        "s.handle_tool_call('mem0_add', {'content': 'Ada likes tea'})\n"
+        "print('done')\n"  # no close(), no end(): exit with everything open
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          env={**__import__("os").environ, "MEM0_TELEMETRY": "False"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr

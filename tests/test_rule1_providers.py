@@ -184,3 +184,15 @@ def test_the_same_text_from_two_sources_is_recalled_once(manager: MemoryManager)
     recall = manager.start_session("new").prefetch("what is the cat named Pixel like?")
     assert [item.source for item in recall.items] == ["echo"]
     assert recall.fenced().count("adopted a cat") == 1
+
+
+def test_a_provider_passed_to_the_constructor_that_cannot_join_is_an_error(home) -> None:
+    """``MemoryManager(external=p)`` names the provider it wants: falling back to the built-in layer alone
+    would hide a missing package or backend, so it fails and says why."""
+    from ironmem.core.errors import ProviderUnavailableError
+
+    class MissingPackage(UnavailableProvider):
+        unavailable_reason = "notes-client is not installed: pip install 'ironmem[notes]'"
+
+    with pytest.raises(ProviderUnavailableError, match=r"pip install 'ironmem\[notes\]'"):
+        MemoryManager(home=home, external=MissingPackage("notes"))

@@ -19,6 +19,7 @@ from .errors import (
     ClosedError,
     InvalidArgumentError,
     ProviderConflictError,
+    ProviderUnavailableError,
 )
 from .fence import sanitize
 from .isolation import Background, Guard, ProviderHealth
@@ -88,8 +89,13 @@ class MemoryManager:
         self._background = Background()
         self._closed = False
         self._rebuild_tools()
-        if external is not None:
-            self.add_provider(external)
+        if external is not None and not self.add_provider(external):
+            # Asked for by name: running on the built-in layer alone would hide the problem.
+            reason = getattr(external, "unavailable_reason", "") or "see the warning logged by add_provider()"
+            self.close()
+            raise ProviderUnavailableError(
+                f"external memory provider {getattr(external, 'name', external)!r} cannot join: {reason}"
+            )
 
     @classmethod
     def from_config(cls, path: str | Path) -> MemoryManager:

@@ -34,6 +34,7 @@ import importlib.util
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -186,6 +187,13 @@ class _LocalBackend:
             except Exception as exc:  # pragma: no cover - best effort
                 log.debug("closing a mem0 vector store client failed: %s", exc)
         self.memory.close()
+
+
+def _close_quietly(backend: _LocalBackend) -> None:
+    try:
+        backend.close()
+    except Exception as exc:  # at interpreter exit: nothing left to report to
+        log.debug("closing mem0 at exit failed: %s", exc)
 
 
 class _HostedBackend:
@@ -349,6 +357,7 @@ class Mem0Provider(MemoryProvider):
         self.telemetry = telemetry
         self._given = memory
         self._backend: _LocalBackend | _HostedBackend | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._lock = threading.RLock()
         self._users: dict[str, str] = {}
         self._current_user = default_user_id
@@ -444,8 +453,16 @@ class Mem0Provider(MemoryProvider):
         return [SEARCH_TOOL, ADD_TOOL, FORGET_TOOL]
 
     # -- backend --------------------------------------------------------------------------------
-    def open(self) -> Mem0Provider:
-        """Create the mem0 ``Memory`` (or ``MemoryClient``) now. Returns self."""
+    def open(self, home: str | Path | None = None) -> Mem0Provider:
+        """Create the mem0 ``Memory`` (or ``MemoryClient``) now, not at the first session. Returns self.
+
+        Without ``path=...``, a local store goes to ``<home>/mem0``: ``home`` here, else ``$IRONMEM_HOME`` or
+        ``~/.ironmem`` (the manager's default home).
+        """
+        if self.path is None and self._given is None and not self.hosted:
+            from ..core.manager import default_home
+
+            self.path = (Path(home).expanduser() if home is not None else default_home()) / "mem0"
         self._open()
         return self
 
@@ -466,6 +483,9 @@ class Mem0Provider(MemoryProvider):
                 backend = _HostedBackend(MemoryClient(api_key=self._api_key, host=self.host), threshold=self.threshold)
             else:
                 backend = _LocalBackend(self._build_local(), threshold=self.threshold)
+                # Close the embedded Qdrant client at interpreter exit even when nobody calls close(): left to
+                # the garbage collector, it prints a traceback during shutdown.
+                self._finalizer = weakref.finalize(self, _close_quietly, backend)
             self._backend = backend
             return backend
 
@@ -632,6 +652,9 @@ class Mem0Provider(MemoryProvider):
     def shutdown(self) -> None:
         with self._lock:
             backend, self._backend = self._backend, None
+            finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         if backend is not None and self._given is None:
             backend.close()
 
