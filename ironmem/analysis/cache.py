@@ -38,6 +38,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import ArgumentTypeError, InvalidArgumentError
@@ -108,77 +109,39 @@ class ModelPrice:
         return dataclasses.asdict(self)
 
 
-_OPENAI_CACHING = (
-    "https://developers.openai.com/api/docs/guides/prompt-caching (>= 1,024 tokens, routing on ~first 256 "
-    "tokens) and https://cookbook.openai.com Prompt_Caching_201 (hits in 128-token increments)"
-)
-_OPENAI_PRICES = (
-    "https://developers.openai.com/api/docs/pricing - read through public transcriptions of that page "
-    "(chatgptpricing-akr.pages.dev, tokenmath.io 'verified 2026-06-21'); the official page itself was not "
-    "retrievable from this environment"
-)
-_ANTHROPIC_PRICES = "https://platform.claude.com/docs/en/about-claude/pricing (model pricing table)"
-_ANTHROPIC_MIN = (
-    "https://platform.claude.com/docs/en/build-with-claude/prompt-caching (minimum cacheable length, as quoted in "
-    "anthropics/anthropic-sdk-python#1194)"
-)
-_GEMINI_MIN = (
-    "https://ai.google.dev/gemini-api/docs/caching (implicit caching minimums; the page dated 2026-10 says 2,048 "
-    "for 2.5 Flash and 2.5 Pro, older versions said 1,024 / 4,096)"
-)
-_GEMINI_PRICE = (
-    "https://ai.google.dev/gemini-api/docs/pricing - UNVERIFIED here: input price and the 90% implicit-cache "
-    "discount are from memory of that page, not from a copy read in this environment; override if it matters"
-)
-_DEEPSEEK = (
-    "https://api-docs.deepseek.com/quick_start/pricing-details-usd (deepseek-chat, DeepSeek-V3 era: $0.27 miss, "
-    "$0.07 hit) and https://api-docs.deepseek.com/news/news0802 ('64 tokens as a storage unit'). DeepSeek's later "
-    "docs describe per-request 'cache prefix units' instead; not modelled"
-)
-_VLLM = "https://docs.vllm.ai/en/latest/design/prefix_caching/ (self-hosted: no per-token price)"
-
-#: Date the figures below were checked (against stored copies of the sources).
-_CHECKED = "2026-11-29"
+#: The data file: every price and caching fact with its source and the date it was checked.
+PRICES_FILE = Path(__file__).with_name("prices.yaml")
 
 
-def _openai(model: str, price: float, cached: float, note: str = "") -> ModelPrice:
-    return ModelPrice(
-        "openai", model, price, cached / price, 1024, as_of=_CHECKED,
-        source=f"price ${price}/MTok, cached ${cached}/MTok: {_OPENAI_PRICES}; "
-        f"caching rules: {_OPENAI_CACHING}{note}",
-    )
+def load_prices(path: str | Path = PRICES_FILE) -> tuple[ModelPrice, ...]:
+    """Read the model facts from ``path`` (YAML: ``checked``, ``sources``, ``models``).
+
+    OpenAI rows give ``cached_per_mtok``, the others ``cached_multiplier``; each row's ``sources`` are keys of
+    the ``sources`` mapping and become its :attr:`ModelPrice.source` text.
+    """
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    sources: dict[str, str] = data.get("sources") or {}
+    checked = str(data.get("checked", ""))
+    rows = []
+    for raw in data["models"]:
+        raw = dict(raw)
+        keys = raw.pop("sources", [])
+        missing = [k for k in keys if k not in sources]
+        if missing:
+            raise InvalidArgumentError(f"{path}: model {raw.get('model')!r} cites unknown sources {missing}")
+        price = float(raw.pop("input_per_mtok"))
+        cached = raw.pop("cached_per_mtok", None)
+        multiplier = float(cached) / price if cached is not None and price else float(raw.pop("cached_multiplier", 0.0))
+        rows.append(ModelPrice(
+            raw.pop("provider"), raw.pop("model"), price, multiplier, int(raw.pop("min_cacheable_tokens")),
+            as_of=str(raw.pop("as_of", checked)), source="; ".join(sources[k] for k in keys), **raw,
+        ))
+    return tuple(rows)
 
 
-def _anthropic(model: str, price: float, minimum: int) -> ModelPrice:
-    return ModelPrice(
-        "anthropic", model, price, 0.1, minimum, 1.25, 2.0, as_of=_CHECKED,
-        source=f"price ${price}/MTok, writes 1.25x (5m) / 2x (1h), hits 0.1x: {_ANTHROPIC_PRICES}; "
-        f"minimum {minimum:,} tokens: {_ANTHROPIC_MIN}",
-    )
-
-
-DEFAULT_PRICES: tuple[ModelPrice, ...] = (
-    _openai("gpt-4o", 2.50, 1.25),
-    _openai("gpt-4o-mini", 0.15, 0.075),
-    _openai("gpt-4.1", 2.00, 0.50),
-    _openai("gpt-4.1-mini", 0.40, 0.10),
-    _openai("gpt-5", 1.25, 0.125),
-    _openai("gpt-5-mini", 0.25, 0.025),
-    _anthropic("claude-opus-4-6", 5.0, 4096),
-    _anthropic("claude-opus-4-5", 5.0, 4096),
-    _anthropic("claude-opus-4-1", 15.0, 1024),
-    _anthropic("claude-sonnet-4-6", 3.0, 1024),
-    _anthropic("claude-sonnet-4-5", 3.0, 1024),
-    _anthropic("claude-sonnet-4", 3.0, 1024),
-    _anthropic("claude-haiku-4-5", 1.0, 4096),
-    _anthropic("claude-3-5-haiku", 0.80, 2048),
-    ModelPrice("gemini", "gemini-2.5-flash", 0.30, 0.1, 2048, as_of=_CHECKED,
-               source=f"minimum: {_GEMINI_MIN}; price: {_GEMINI_PRICE}"),
-    ModelPrice("gemini", "gemini-2.5-pro", 1.25, 0.1, 2048, as_of=_CHECKED,
-               source=f"minimum: {_GEMINI_MIN}; price (prompts <= 200k tokens): {_GEMINI_PRICE}"),
-    ModelPrice("deepseek", "deepseek-chat", 0.27, 0.07 / 0.27, 64, as_of=_CHECKED, source=_DEEPSEEK),
-    ModelPrice("vllm", "*", 0.0, 0.0, 16, as_of=_CHECKED, source=_VLLM),
-)
+DEFAULT_PRICES: tuple[ModelPrice, ...] = load_prices()
 
 
 class PriceTable:
