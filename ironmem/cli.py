@@ -511,8 +511,16 @@ def scan(
         "files and text holding the § separator, else lines.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    show_all: bool = typer.Option(False, "--all", help="List every item, not only the first --limit."),
+    limit: int = typer.Option(200, "--limit", "-n", help="Items listed in the table (blocked ones first)."),
+    max_chars: int = typer.Option(
+        2000, "--max-chars", help="Characters of each item's text printed (JSON included); 0: no limit."
+    ),
 ) -> None:
-    """Security verdicts per entry or per line. Exit status 1 when anything is blocked."""
+    """Security verdicts per entry or per line. Exit status 1 when anything is blocked.
+
+    Large inputs show a progress bar on a terminal; the table lists blocked items first and at most --limit
+    rows, and every text is cut at --max-chars, so a 10 MB file does not print 10 MB."""
     from .core.builtin.store import ENTRY_DELIMITER
     from .core.security import scan as scan_text
 
@@ -546,12 +554,20 @@ def scan(
             mode = by if by != "auto" else ("entry" if memory_file or ENTRY_DELIMITER in text else "line")
             inputs.append((source, text, mode))
 
+    if limit < 1 or max_chars < 0:
+        raise CLIError("--limit must be at least 1 and --max-chars at least 0")
+    from rich.progress import track
+
+    items = [(item, mode) for name, text, mode in inputs for item in _split_items(text, name, mode)]
     results = []
-    for name, text, mode in inputs:
-        for item in _split_items(text, name, mode):
-            verdict = scan_text(item.text)
-            results.append((item, mode, verdict))
+    progress = track(items, description="scanning", console=Console(stderr=True), transient=True,
+                     disable=len(items) < 500 or not sys.stderr.isatty())
+    for item, mode in progress:
+        results.append((item, mode, scan_text(item.text)))
     blocked = sum(1 for _, _, v in results if v.blocked)
+
+    def clip(text: str) -> str:
+        return text if not max_chars or len(text) <= max_chars else text[:max_chars] + "…"
 
     if as_json:
         _echo_json(
@@ -574,7 +590,8 @@ def scan(
                             }
                             for f in verdict.findings
                         ],
-                        "text": item.text,
+                        "text": clip(item.text),
+                        "chars": len(item.text),
                     }
                     for item, mode, verdict in results
                 ],
@@ -589,7 +606,10 @@ def scan(
         table.add_column("verdict")
         table.add_column("findings", overflow="fold")
         table.add_column("text", overflow="fold")
-        for item, _, verdict in results:
+        listed = sorted(results, key=lambda r: not r[2].blocked)  # stable: blocked first, then file order
+        if not show_all:
+            listed = listed[:limit]
+        for item, _, verdict in listed:
             if verdict.blocked:
                 findings = "; ".join(
                     f"{f.category}/{f.rule}: {_visible(f.excerpt, 60)!r}" for f in verdict.findings
@@ -606,7 +626,9 @@ def scan(
                     item.label, Text("ok", style="green"), Text(notes), Text(_visible(item.text, 120))
                 )
         console.print(table)
-        console.print(Text(f"{len(results)} scanned, {blocked} blocked"))
+        if len(listed) < len(results):
+            console.print(Text(f"{len(results) - len(listed):,} more items not listed (--all lists them, --json too)"))
+        console.print(Text(f"{len(results):,} scanned, {blocked:,} blocked"))
     if blocked:
         raise typer.Exit(EXIT_BLOCKED)
 

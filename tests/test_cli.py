@@ -513,3 +513,17 @@ def test_unknown_ironmem_variables_are_reported(filled: Path) -> None:
 
 def test_simulate_refuses_a_turn_count_it_cannot_hold(cli) -> None:
     assert_one_line_error(cli("simulate", "--turns", "5000"), "--turns must be between 1 and")
+
+
+def test_scan_of_a_large_file_prints_a_bounded_report_blocked_items_first(tmp_path: Path) -> None:
+    lines = [f"note {i}: deploy the budget review on tuesday with the team" for i in range(20000)]
+    lines[15000] = INJECTION
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join(lines), encoding="utf-8")
+    proc = run("scan", str(big))
+    assert proc.returncode == 1  # something is blocked
+    assert len(proc.stdout) < 60_000, "the table must not print the whole file"
+    assert "15001" in proc.stdout and proc.stdout.index("BLOCKED") < proc.stdout.index(" ok ")  # blocked first
+    assert "19,800 more items not listed" in proc.stdout and "20,000 scanned, 1 blocked" in proc.stdout
+    as_json = json.loads(run("scan", str(big), "--json", "--max-chars", "10").stdout)
+    assert as_json["scanned"] == 20000 and all(len(i["text"]) <= 11 for i in as_json["items"])
