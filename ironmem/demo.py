@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import EncodingUnavailableError, IronMemError
-from .core.fence import FENCE_CLOSE, FENCE_OPEN
+from .core.fence import FENCE_OPEN
 from .core.manager import MemoryManager
 from .core.provider import ToolSchema
+from .core.recall import split_fence
 
 __all__ = [
     "MODEL_KEYS",
@@ -182,11 +183,8 @@ def _sha(text: str) -> str:
 
 
 def _fence_in(text: str) -> str:
-    start = text.find(FENCE_OPEN)
-    if start < 0:
-        return ""
-    end = text.find(FENCE_CLOSE, start)
-    return text[start : end + len(FENCE_CLOSE)] if end >= 0 else text[start:]
+    """The fenced recall an adapter put before the user's text ("" when there is none)."""
+    return split_fence(text)[0]
 
 
 @dataclass

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from .fence import fence
+from .errors import InvalidArgumentError
+from .fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence
 
-__all__ = ["Recall", "RecallItem", "RECALL_TURNS", "RECALL_ITEM_CHARS"]
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = [
+    "Recall",
+    "RecallItem",
+    "FenceHistory",
+    "RecallPolicy",
+    "prepend_fence",
+    "split_fence",
+    "RECALL_TURNS",
+    "RECALL_ITEM_CHARS",
+]
 
 #: Past-turn hits the built-in layer adds to a recall.
 RECALL_TURNS = 3
@@ -76,3 +90,118 @@ def as_items(result: Any) -> list[str]:
 def clip(text: str, limit: int = RECALL_ITEM_CHARS) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------------
+# Rule 2 applied to a conversation: one recall per user message, and which fence goes where
+# --------------------------------------------------------------------------------------------------
+RecallPolicy = Literal["replay", "ephemeral"]
+RECALL_POLICIES: tuple[str, ...] = ("replay", "ephemeral")
+
+
+def check_policy(policy: str, setting: str = "recall policy") -> RecallPolicy:
+    """``policy`` if it is ``replay`` or ``ephemeral``; else an error that names the setting and both values."""
+    if policy not in RECALL_POLICIES:
+        raise InvalidArgumentError(f"{setting} must be 'replay' or 'ephemeral', got {policy!r}")
+    return policy  # type: ignore[return-value]
+
+
+class FenceHistory:
+    """The fenced recall of one conversation, shared by every adapter (the adapters only translate messages).
+
+    Keys are opaque user-message identities chosen by the adapter (a message id, or a position plus a hash).
+    Recall runs at most once per key, however often a framework reads memory in a turn; the recalled text is
+    kept unfenced and fenced again on demand, which gives the same bytes every time (the fence is
+    deterministic), so replayed requests stay byte-identical prefixes of the next ones.
+
+    ``replay`` (default) puts every earlier user message's own fence back before it; ``ephemeral`` keeps and
+    shows only the current message's fence (fewer tokens, shorter cache hits).
+
+    Example:
+        >>> history = FenceHistory("replay")
+        >>> history.record("m1", "Likes tea")
+        >>> history.fenced_for("m1", current="m2").startswith("<memory-context>")
+        True
+        >>> FenceHistory("ephemeral", {"m1": "Likes tea"}).fenced_for("m1", current="m2")
+        ''
+    """
+
+    def __init__(self, policy: str = "replay", recalls: Mapping[str, str] | None = None) -> None:
+        self.policy: RecallPolicy = check_policy(policy)
+        self._recalls: dict[str, str] = dict(recalls or {})
+        self._lock = threading.RLock()
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._recalls
+
+    def record(self, key: str, text: str) -> None:
+        """Keep ``text`` (unfenced; "" when nothing was recalled) as the recall of user message ``key``."""
+        with self._lock:
+            if self.policy == "ephemeral":
+                self._recalls.clear()
+            self._recalls[key] = text
+
+    def recall_once(self, session: Session, key: str, user_text: str) -> str:
+        """The recall of ``key``: prefetched through ``session`` the first time, then reused. Returns the
+        unfenced text."""
+        with self._lock:
+            if key in self._recalls:
+                return self._recalls[key]
+            recall = session.prefetch(user_text) if user_text.strip() else None
+            text = recall.text if recall else ""
+            self.record(key, text)
+            return text
+
+    async def arecall_once(self, session: Session, key: str, user_text: str) -> str:
+        """:meth:`recall_once` for async callers (the prefetch runs on a worker thread)."""
+        with self._lock:
+            if key in self._recalls:
+                return self._recalls[key]
+        recall = await session.aprefetch(user_text) if user_text.strip() else None
+        text = recall.text if recall else ""
+        with self._lock:
+            if key not in self._recalls:
+                self.record(key, text)
+            return self._recalls[key]
+
+    def text_for(self, key: str) -> str:
+        with self._lock:
+            return self._recalls.get(key, "")
+
+    def fenced_for(self, key: str, current: str | None) -> str:
+        """The exact fenced bytes to place before user message ``key`` in a request whose newest user message
+        is ``current``: "" when nothing was recalled, or when ``key`` is an old message under ``ephemeral``."""
+        if self.policy == "ephemeral" and key != current:
+            return ""
+        text = self.text_for(key)
+        return fence(text) if text else ""
+
+    def to_dict(self) -> dict[str, str]:
+        """The recalls by key (unfenced), for checkpoints and serialized memories."""
+        with self._lock:
+            return dict(self._recalls)
+
+
+def prepend_fence(fenced: str, user_text: str) -> str:
+    """The user's text with the fenced recall before it (how every adapter places it)."""
+    return f"{fenced}\n\n{user_text}" if fenced else user_text
+
+
+def split_fence(text: str) -> tuple[str, str]:
+    """``(fenced, rest)`` for a text that starts with a fence :func:`prepend_fence` put there, else
+    ``("", text)``. Used to keep fences out of stored history.
+
+    Example:
+        >>> split_fence(prepend_fence(fence("Likes tea"), "hi"))[1]
+        'hi'
+    """
+    if not text.startswith(FENCE_OPEN) or SYSTEM_NOTE not in text:
+        return "", text
+    end = text.find(FENCE_CLOSE)
+    if end < 0:
+        return "", text
+    cut = end + len(FENCE_CLOSE)
+    rest = text[cut:]
+    rest = rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
+    return text[:cut], rest

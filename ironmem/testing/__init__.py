@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from ..core.errors import ScriptExhaustedError
+from ..core.errors import ScriptExhaustedError as ScriptExhaustedError
 
 _LAZY = {
     "ScriptedChatModel": "langchain",

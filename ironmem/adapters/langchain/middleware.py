@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -39,9 +39,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
-from ...core.errors import InvalidArgumentError
-from ...core.fence import fence
 from ...core.manager import MemoryManager
+from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence
 from ...core.session import Session
 from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool
@@ -50,7 +49,6 @@ __all__ = ["IronMemoryMiddleware", "IronMemoryState", "RecallPolicy"]
 
 log = logging.getLogger("ironmem.langchain")
 
-RecallPolicy = Literal["replay", "ephemeral"]
 
 
 class IronMemoryState(AgentState):
@@ -98,7 +96,7 @@ def _with_fence(message: HumanMessage, fenced: str) -> HumanMessage:
     """A copy of ``message`` with the fenced recall before the user's text."""
     content = message.content
     if isinstance(content, str):
-        new_content: Any = f"{fenced}\n\n{content}"
+        new_content: Any = prepend_fence(fenced, content)
     else:
         new_content = [{"type": "text", "text": fenced}, *content]
     return message.model_copy(update={"content": new_content})
@@ -145,8 +143,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         recall: RecallPolicy = "replay",
         user_id: str | None = None,
     ) -> None:
-        if recall not in ("replay", "ephemeral"):
-            raise InvalidArgumentError(f"recall must be 'replay' or 'ephemeral', got {recall!r}")
+        check_policy(recall, "recall")
         self.manager = manager
         self.recall: RecallPolicy = recall
         self.user_id = user_id
@@ -208,26 +205,24 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         index, message = found
         key = _message_key(message, index)
         updates["ironmem_turn"] = key
-        recalls = self._recalls(state, session)
-        if key in recalls:  # this message already had its recall (e.g. a run re-invoked without a new message)
+        if key in self._history(state, session):  # already recalled (a run re-invoked without a new message)
             return updates, "", ""
         return updates, key, message.text
 
     def _store_recall(self, state: IronMemoryState, session: Session, updates: dict[str, Any], key: str,
                       body: str) -> dict[str, Any]:
-        recalls = dict(self._recalls(state, session))
-        if self.recall == "ephemeral":
-            recalls = {}
-        recalls[key] = body
+        history = self._history(state, session)
+        history.record(key, body)
+        recalls = history.to_dict()
         self._recall_cache[session.id] = dict(recalls)
         updates["ironmem_recalls"] = recalls
         return updates
 
-    def _recalls(self, state: IronMemoryState, session: Session) -> dict[str, str]:
+    def _history(self, state: IronMemoryState, session: Session) -> FenceHistory:
+        """The thread's fence history (rule 2's bookkeeping lives in the core): from the checkpointed private
+        state, else from this process's cache (a state schema that drops private fields)."""
         stored = state.get("ironmem_recalls")
-        if stored is not None:
-            return stored
-        return self._recall_cache.get(session.id, {})
+        return FenceHistory(self.recall, stored if stored is not None else self._recall_cache.get(session.id, {}))
 
     def _resume(self, state: IronMemoryState, runtime: Any) -> Session:
         """The thread's session; a thread restored from a checkpoint keeps the snapshot it started with."""
@@ -257,17 +252,12 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         state = request.state
         session = self.session_for(request.runtime)
         snapshot = state.get("ironmem_snapshot") or session.system_prompt_block()
-        recalls = self._recalls(state, session)
+        history = self._history(state, session)
         current = state.get("ironmem_turn")
         messages: list[AnyMessage] = []
         for index, message in enumerate(request.messages):
             if isinstance(message, HumanMessage):
-                key = _message_key(message, index)
-                if self.recall == "ephemeral" and key != current:
-                    body = ""
-                else:
-                    body = recalls.get(key, "")
-                fenced = fence(body) if body else ""
+                fenced = history.fenced_for(_message_key(message, index), current)
                 if fenced:
                     message = _with_fence(message, fenced)
             messages.append(message)

@@ -8,7 +8,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 
-from ...core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE
+from ...core.recall import prepend_fence, split_fence
 
 __all__ = [
     "role_of",
@@ -74,7 +74,7 @@ def with_fence(message: ChatMessage, fenced: str) -> ChatMessage:
     copy = message.model_copy(deep=True)
     blocks: list[Any] = list(copy.blocks)
     if blocks and isinstance(blocks[0], TextBlock):
-        blocks[0] = TextBlock(text=f"{fenced}\n\n{blocks[0].text}")
+        blocks[0] = TextBlock(text=prepend_fence(fenced, blocks[0].text))
     else:
         blocks.insert(0, TextBlock(text=fenced))
     copy.blocks = blocks
@@ -89,14 +89,9 @@ def strip_fence(message: ChatMessage) -> ChatMessage | None:
     """
     if role_of(message) != "user" or not message.blocks or not isinstance(message.blocks[0], TextBlock):
         return message
-    text = message.blocks[0].text
-    if not text.startswith(FENCE_OPEN) or SYSTEM_NOTE not in text:
+    fenced, rest = split_fence(message.blocks[0].text)
+    if not fenced:
         return message
-    end = text.find(FENCE_CLOSE)
-    if end < 0:
-        return message
-    rest = text[end + len(FENCE_CLOSE) :]
-    rest = rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
     copy = message.model_copy(deep=True)
     blocks = list(copy.blocks)
     if rest:

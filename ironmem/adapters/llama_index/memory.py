@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -42,6 +42,7 @@ from pydantic import (
 
 from ...core.errors import ArgumentTypeError, ClosedError, InvalidArgumentError
 from ...core.manager import MemoryManager
+from ...core.recall import FenceHistory, RecallPolicy, check_policy
 from ...core.session import Session
 from . import _registry
 from ._messages import (
@@ -59,7 +60,6 @@ __all__ = ["IronMemory", "RecallPolicy"]
 
 log = logging.getLogger("ironmem")
 
-RecallPolicy = Literal["replay", "ephemeral"]
 
 _IN_MEMORY_URIS = {None, "", "sqlite+aiosqlite:///:memory:", "sqlite+aiosqlite://"}
 #: Memory.from_defaults arguments that can be written into a serialized IronMemory and used to rebuild it.
@@ -85,6 +85,8 @@ class _State:
         *,
         owns_manager: bool,
         owns_history: bool = True,
+        recall_policy: str = "replay",
+        recalls: dict[str, str] | None = None,
     ) -> None:
         self.manager = manager
         self.session = session
@@ -92,7 +94,7 @@ class _State:
         self.owns_manager = owns_manager
         self.owns_history = owns_history
         self.lock = threading.RLock()
-        self.fences: dict[str, str] = {}  # user-message key -> fenced recall ("" when nothing was recalled)
+        self.fences = FenceHistory(recall_policy, recalls)  # user-message key -> recall (rule 2, in the core)
         self.synced: set[str] = set()  # user-message keys whose turn was synced
         self.closed = False
 
@@ -160,7 +162,7 @@ class IronMemory(BaseMemory):
         default=None,
         description="The frozen snapshot (Snapshot.to_dict()), so a rebuilt session keeps its bytes.",
     )
-    recall_log: dict[str, str] = Field(default_factory=dict, description="Fenced recall per user message.")
+    recall_log: dict[str, str] = Field(default_factory=dict, description="Recalled text per user message.")
     synced_turns: list[str] = Field(default_factory=list, description="User messages whose turn was synced.")
 
     _state: Any = PrivateAttr(default=None)
@@ -202,8 +204,7 @@ class IronMemory(BaseMemory):
             **history_kwargs: more ``Memory.from_defaults`` arguments (``token_limit``, ``table_name``,
                 ``async_database_uri``, ...).
         """
-        if recall_policy not in ("replay", "ephemeral"):
-            raise InvalidArgumentError(f"recall_policy must be 'replay' or 'ephemeral', got {recall_policy!r}")
+        check_policy(recall_policy, "recall_policy")
         owns_manager = False
         if session is not None:
             if not isinstance(session, Session):
@@ -221,7 +222,8 @@ class IronMemory(BaseMemory):
             session = manager.start_session(session_id, user_id)
         history_obj, config = _build_history(session.id, history, history_path, history_kwargs)
         state = _State(
-            manager, session, history_obj, owns_manager=owns_manager, owns_history=history_obj is not history
+            manager, session, history_obj, owns_manager=owns_manager, owns_history=history_obj is not history,
+            recall_policy=recall_policy,
         )
         handle = _registry.new_handle()
         _registry.register(handle, state)
@@ -262,8 +264,8 @@ class IronMemory(BaseMemory):
             )
         config.setdefault("session_id", session.id)
         history = Memory.from_defaults(chat_history=chat_history, **config)
-        state = _State(manager, session, history, owns_manager=True)
-        state.fences.update(self.recall_log)
+        state = _State(manager, session, history, owns_manager=True, recall_policy=self.recall_policy,
+                       recalls=self.recall_log)
         state.synced.update(self.synced_turns)
         handle = self.memory_id or _registry.new_handle()
         _registry.register(handle, state)
@@ -300,7 +302,7 @@ class IronMemory(BaseMemory):
         if state is not None:
             data["snapshot_state"] = state.session.snapshot.to_dict()
             with state.lock:
-                data["recall_log"] = dict(state.fences)
+                data["recall_log"] = state.fences.to_dict()
                 data["synced_turns"] = sorted(state.synced)
             if state.history_is_ephemeral():
                 try:
@@ -432,14 +434,9 @@ class IronMemory(BaseMemory):
         return None
 
     def _recall(self, key: str, text: str) -> str:
-        """Prefetch once per user message; later calls reuse the stored fence."""
+        """Prefetch once per user message; later calls reuse it (the core's :class:`FenceHistory`)."""
         state = self.state
-        with state.lock:
-            if key in state.fences:
-                return state.fences[key]
-            fenced = state.session.prefetch(text).fenced() if text.strip() else ""
-            state.fences[key] = fenced
-            return fenced
+        return state.fences.recall_once(state.session, key, text)
 
     def _compose(
         self,
@@ -455,18 +452,16 @@ class IronMemory(BaseMemory):
         shown_users = [j for j, m in enumerate(messages) if role_of(m) == "user"]
         position_of = dict(zip(reversed(shown_users), reversed(stored_users), strict=False))
         current_key = current[0] if current else None
-        with state.lock:
-            fences = dict(state.fences)
+        fences = state.fences
         for j, message in enumerate(messages):
             position = position_of.get(j)
             if position is not None:
-                key = message_key(position, text_of(everything[position]))
-                fenced = fences.get(key, "")
-                if fenced and (self.recall_policy == "replay" or key == current_key):
+                fenced = fences.fenced_for(message_key(position, text_of(everything[position])), current_key)
+                if fenced:
                     message = with_fence(message, fenced)
             out.append(message)
         if current is not None and current[2]:
-            fenced = fences.get(current[0], "")
+            fenced = fences.fenced_for(current[0], current_key)
             if fenced:
                 out.append(ChatMessage(role=MessageRole.USER, content=fenced))
         return out
@@ -567,14 +562,14 @@ class IronMemory(BaseMemory):
         state = self.state
         state.history.reset(**kwargs)
         with state.lock:
-            state.fences.clear()
+            state.fences = FenceHistory(self.recall_policy)
             state.synced.clear()
 
     async def areset(self, **kwargs: Any) -> None:
         state = self.state
         await state.history.areset(**kwargs)
         with state.lock:
-            state.fences.clear()
+            state.fences = FenceHistory(self.recall_policy)
             state.synced.clear()
 
     def __repr__(self) -> str:
