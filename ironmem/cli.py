@@ -356,12 +356,12 @@ def show(
         table.add_column("scan")
         for row in data["entries"]:
             if row["blocked"]:
-                verdict = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
+                shown = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
                 text = Text(_visible(row["text"]))
             else:
-                verdict = Text("ok", style="green")
+                shown = Text("ok", style="green")
                 text = Text(row["text"])
-            table.add_row(str(row["n"]), text, verdict)
+            table.add_row(str(row["n"]), text, shown)
         if not data["entries"]:
             table.add_row("", Text("(empty)", style="dim"), "")
         console.print(table)

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .core.errors import EncodingUnavailableError, IronMemError
 from .core.fence import FENCE_OPEN
@@ -626,7 +627,7 @@ def _run_llama_index(manager: MemoryManager, tag: str) -> tuple[list[DemoRequest
                         }
                     )
             response = await handler
-            turn.answer = str(getattr(response, "response", response).content or "")
+            turn.answer = str(getattr(getattr(response, "response", response), "content", "") or "")
             for recorded in llm.requests[first:]:
                 system = [m for m in recorded.messages if _role_of(m) == "system"]
                 rest = [m for m in recorded.messages if _role_of(m) != "system"]
@@ -711,7 +712,7 @@ def simulate_requests(
     rows = []
     for spec in policies:
         policy = parse_policy(spec)
-        provider = "anthropic" if policy.provider == "anthropic" else "openai"
+        provider: Literal["openai", "anthropic"] = "anthropic" if policy.provider == "anthropic" else "openai"
         sim = PrefixCacheSimulator(policy)
         per_request = []
         for request in requests:
@@ -1085,7 +1086,7 @@ def run_simulation(
     def work(advance: Callable[[], None]) -> None:
         for spec, _ in parsed:
             for strategy in chosen:
-                result = replay(script, lambda spec=spec: parse_policy(spec), counter, strategies=[strategy])[
+                result = replay(script, functools.partial(parse_policy, spec), counter, strategies=[strategy])[
                     strategy
                 ]
                 rows.append(

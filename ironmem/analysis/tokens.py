@@ -415,10 +415,10 @@ class TokenReport:
             lines.append("")
             lines.append(f"what if N external providers were allowed ({self.what_if_source})")
             lines.append(f"{'N':>3}  {'tools':>5}  {'openai':>8}  {'anthropic':>9}  rule 1")
-            for row in self.what_if:
-                verdict = "allowed" if row.allowed else "refused"
+            for what in self.what_if:
+                verdict = "allowed" if what.allowed else "refused"
                 lines.append(
-                    f"{row.external_providers:>3}  {row.tools:>5}  {row.openai:>8,}  {row.anthropic:>9,}  {verdict}"
+                    f"{what.external_providers:>3}  {what.tools:>5}  {what.openai:>8,}  {what.anthropic:>9,}  {verdict}"
                 )
         elif self.what_if_source:
             lines.append("")

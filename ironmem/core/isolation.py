@@ -99,8 +99,8 @@ class Guard:
             self._failed(hook, f"{hook} timed out after {timeout:g}s")
             return default
         if "error" in box:
-            exc = box["error"]
-            self._failed(hook, f"{hook} raised {type(exc).__name__}: {exc}")
+            error = box["error"]
+            self._failed(hook, f"{hook} raised {type(error).__name__}: {error}")
             return default
         self.health.ok(hook)
         return box.get("value", default)

@@ -176,7 +176,7 @@ class _LocalBackend:
         self.memory.delete(memory_id)
 
     def close(self) -> None:
-        clients = []
+        clients: list[Any] = []
         for store in (getattr(self.memory, "vector_store", None), getattr(self.memory, "_entity_store", None)):
             client = getattr(store, "client", None)
             if client is not None and all(client is not c for c in clients):

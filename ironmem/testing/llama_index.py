@@ -371,7 +371,7 @@ def _to_message(step: Any) -> ChatMessage:
 
 
 def _tool_call_message(calls: list[ScriptedToolCall]) -> ChatMessage:
-    openai_calls = [
+    openai_calls: list[dict[str, Any]] = [
         {
             "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
             "type": "function",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -251,9 +251,9 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         state = request.state
         session = self.session_for(request.runtime)
-        snapshot = state.get("ironmem_snapshot") or session.system_prompt_block()
-        history = self._history(state, session)
-        current = state.get("ironmem_turn")
+        snapshot = cast(str, state.get("ironmem_snapshot") or session.system_prompt_block())
+        history = self._history(cast(IronMemoryState, state), session)
+        current = cast(str | None, state.get("ironmem_turn"))
         messages: list[AnyMessage] = []
         for index, message in enumerate(request.messages):
             if isinstance(message, HumanMessage):

@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -389,7 +389,7 @@ class IronMemory(BaseMemory):
     def get(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
         """Snapshot, then the history with fenced recall before a copy of the user message(s)."""
         state = self.state
-        messages = state.history.get(input=input, **kwargs)
+        messages = state.history.get(input=cast(Any, input), **kwargs)  # the stock memory passes it through
         everything = state.history.get_all()
         current = self._current(everything, input)
         if current is not None and current[0] not in state.fences:
@@ -398,7 +398,7 @@ class IronMemory(BaseMemory):
 
     async def aget(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
         state = self.state
-        messages = await state.history.aget(input=input, **kwargs)
+        messages = await state.history.aget(input=cast(Any, input), **kwargs)
         everything = await state.history.aget_all()
         current = self._current(everything, input)
         if current is not None and current[0] not in state.fences:
