@@ -133,7 +133,7 @@ def test_corrupt_file_is_backed_up_reported_and_never_overwritten(home: Path) ->
     with MemoryManager(home=home) as manager:
         session = manager.start_session()
         snapshot = session.system_prompt_block()
-        assert "[UNREADABLE: MEMORY.md could not be read: it is not valid UTF-8 (byte 11)" in snapshot
+        assert "[UNREADABLE: MEMORY.md is not valid UTF-8 (byte 11)" in snapshot
         result = json.loads(session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "x"}))
         assert result["success"] is False and "not valid UTF-8" in result["error"] and "Fix or delete" in result["error"]
         assert (home / "MEMORY.md").read_bytes() == garbage

@@ -296,13 +296,13 @@ class MemoryFile:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            problem = f"{self.path.name} could not be read: it is not valid UTF-8 (byte {exc.start})"
+            problem = f"{self.path.name} is not valid UTF-8 (byte {exc.start}), so it could not be read"
             text = ""
         else:
             if "\x00" in text:
                 problem = (
-                    f"{self.path.name} could not be read: it contains NUL bytes (byte {text.index(chr(0))}), "
-                    "so it is not a text file"
+                    f"{self.path.name} contains NUL bytes (byte {text.index(chr(0))}); it is not a text file, "
+                    "so it could not be read"
                 )
         if problem:
             return FileState((), "", corrupt=problem, backup=self._backup_corrupt(raw))
@@ -476,7 +476,9 @@ class MemoryFile:
             self.save_backup()
         text = render_entries(entries, newline)
         self._write_atomic(text)
-        self.record_known(entries)
+        # an entry no record explains stays unexplained, so it stays protected from replace/remove
+        suspect = set(like.suspect) if like is not None else set()
+        self.record_known([e for e in entries if e not in suspect])
         return FileState(tuple(entries), normalize_newlines(text), newline=newline)
 
     def _write_atomic(self, text: str) -> None:
