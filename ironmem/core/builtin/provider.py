@@ -342,6 +342,8 @@ class BuiltinMemoryProvider(MemoryProvider):
             batch = bool(isinstance(args, dict) and args.get("operations"))
             outcome = self.apply_detailed(operations, scopes=scopes, batch=batch)
         except OperationError as exc:
+            if isinstance(args, dict) and args.get("operations") and not exc.limit:
+                exc.show_entries = None  # a failed batch does not pay the store back (only a limit error does)
             return self._error(exc, scopes)
         except MemoryFileError as exc:
             return _result(success=False, error=str(exc))

@@ -91,10 +91,12 @@ class OperationError(ValueError):
     can pick the right ``old_text`` or consolidate; None when the error must not echo the store.
     """
 
-    def __init__(self, message: str, *, show_entries: str | None = None, **details: Any) -> None:
+    def __init__(self, message: str, *, show_entries: str | None = None, limit: bool = False, **details: Any) -> None:
         super().__init__(message)
         self.details = details
         self.show_entries = show_entries
+        #: The change was refused for the character limit (the model needs the entries to consolidate).
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -240,4 +242,5 @@ def check_limit(new_entries: list[str], current: list[str], limit: int, target: 
             "now: 'replace' overlapping entries with shorter ones or 'remove' stale ones (see current_entries), "
             "then retry -- one batch (operations) can do both",
             show_entries=target,
+            limit=True,
         )
