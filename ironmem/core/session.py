@@ -53,6 +53,7 @@ class Session:
 
     Example:
         >>> import tempfile
+        >>> from ironmem import MemoryManager
         >>> session = MemoryManager(home=tempfile.mkdtemp()).start_session("s1")
         >>> before = session.system_prompt_block()
         >>> _ = session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Likes tea"})
