@@ -206,11 +206,21 @@ def test_a_10_mb_memory_file_is_capped_in_the_snapshot_reported_and_never_rewrit
         status = manager.status()["files"]["memory"]
         assert status["over_limit"] is True and "OVER THE LIMIT" in status["usage"]
         assert status["usage"].startswith("100% - ")
-        # a recall never carries it either
+        # a recall or a search never carries it either
         assert len(session.prefetch("cron job").fenced()) < 20_000
+        found = session.handle_tool_call("session_search", {"query": "runaway cron job", "limit": 20})
+        assert len(found) < 60_000
         # removing is allowed (it is how one gets back under the limit)... but the file is kept until then
         assert path.stat().st_size == size
     assert path.stat().st_size == size
+
+
+def test_one_huge_hand_pasted_entry_is_clipped_in_search_results(home: Path) -> None:
+    (home / "MEMORY.md").write_text("pasted log " + "lorem ipsum dolor " * 100_000, encoding="utf-8")
+    with MemoryManager(home=home) as manager:
+        result = json.loads(manager.start_session().handle_tool_call("session_search", {"query": "pasted log"}))
+        assert result["results"] and len(json.dumps(result)) < 5_000
+        assert "more chars not shown" in result["results"][0]["text"]
 
 
 def test_cli_status_and_show_tell_the_truth_about_a_huge_file(home: Path) -> None:

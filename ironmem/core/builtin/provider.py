@@ -48,6 +48,16 @@ DRIFT_REMEDIATION = (
 )
 
 
+#: The most characters of one search hit a tool result carries (a hand-pasted megabyte stays on disk).
+MAX_HIT_CHARS = 2000
+
+
+def _clip_hit(text: str) -> str:
+    if len(text) <= MAX_HIT_CHARS:
+        return text
+    return text[:MAX_HIT_CHARS] + f" [... {len(text) - MAX_HIT_CHARS:,} more chars not shown]"
+
+
 def _result(**fields: Any) -> str:
     return json.dumps(fields, ensure_ascii=False)
 
@@ -396,7 +406,9 @@ class BuiltinMemoryProvider(MemoryProvider):
         scopes = {t: normalize_scope((scopes or {}).get(t)) for t in TARGETS}
         keys = {self.index_key(t, scopes[t]): t for t in TARGETS}
         hits = self.index.search(query, limit=limit, kinds=(*keys, "turn"), user_id=user_id, drop_stopwords=False)
-        results = [dataclasses.replace(h, kind=keys.get(h.kind, h.kind)).to_dict() for h in hits]
+        results = [
+            dataclasses.replace(h, kind=keys.get(h.kind, h.kind), text=_clip_hit(h.text)).to_dict() for h in hits
+        ]
         return _result(success=True, query=query, results=results)
 
     def shutdown(self) -> None:
