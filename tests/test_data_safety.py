@@ -170,7 +170,7 @@ def test_windows_and_old_mac_line_endings_read_as_entries_and_are_kept(home: Pat
     path.write_bytes(raw.encode("utf-8"))
     with MemoryManager(home=home) as manager:
         assert manager.builtin.files["memory"].read().entries == (
-            f"first entry\nsecond line of first", "second entry", "third entry")
+            "first entry\nsecond line of first", "second entry", "third entry")
         session = manager.start_session()
         assert tool(session, action="remove", target="memory", old_text="second entry")["success"]
         assert tool(session, action="add", target="memory", content="fourth\nwith two lines")["success"]

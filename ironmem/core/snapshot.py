@@ -16,7 +16,7 @@ from .builtin.store import FileState, format_usage
 from .fence import sanitize
 from .security import ScanResult, scan
 
-__all__ = ["Snapshot", "render_snapshot", "render_entry", "render_cap"]
+__all__ = ["Snapshot", "render_cap", "render_entry", "render_snapshot"]
 
 _TITLES = {
     "memory": "MEMORY (your notes, from earlier sessions)",

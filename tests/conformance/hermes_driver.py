@@ -7,11 +7,8 @@ each of those becomes one ``memory`` tool call on a real :class:`ironmem.Session
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from ironmem import MemoryManager
 from ironmem.core.session import MAX_MEMORY_FAILURES_PER_TURN
@@ -74,25 +71,3 @@ class HermesStyleDriver:
 
     def close(self) -> None:
         self.manager.close()
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[HermesStyleDriver]:
-    """Hermes's fixture: limits 500 (memory) and 300 (user) on an empty folder."""
-    driver = HermesStyleDriver(tmp_path, memory_char_limit=500, user_char_limit=300)
-    yield driver
-    driver.close()
-
-
-@pytest.fixture()
-def make_store(tmp_path: Path) -> Iterator[Any]:
-    made: list[HermesStyleDriver] = []
-
-    def factory(folder: Path | None = None, **kwargs: Any) -> HermesStyleDriver:
-        driver = HermesStyleDriver(folder or tmp_path, **kwargs)
-        made.append(driver)
-        return driver
-
-    yield factory
-    for driver in made:
-        driver.close()

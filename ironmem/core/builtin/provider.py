@@ -31,7 +31,7 @@ from .tools import (
     preview,
 )
 
-__all__ = ["BuiltinMemoryProvider", "WriteListener", "WriteOutcome", "FILE_NAMES"]
+__all__ = ["FILE_NAMES", "BuiltinMemoryProvider", "WriteListener", "WriteOutcome"]
 
 log = logging.getLogger("ironmem.builtin")
 

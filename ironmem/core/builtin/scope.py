@@ -11,7 +11,7 @@ import hashlib
 import re
 import unicodedata
 
-__all__ = ["DEFAULT_SCOPE", "USERS_DIR", "MAX_SCOPE_CHARS", "normalize_scope", "scope_folder"]
+__all__ = ["DEFAULT_SCOPE", "MAX_SCOPE_CHARS", "USERS_DIR", "normalize_scope", "scope_folder"]
 
 DEFAULT_SCOPE = ""
 USERS_DIR = "users"

@@ -13,8 +13,16 @@ from ..provider import ToolSchema
 from .store import ENTRY_DELIMITER, normalize_newlines
 
 __all__ = [
-    "MEMORY_TOOL", "SEARCH_TOOL", "TARGETS", "Operation", "OperationError", "parse_operations", "apply_operation",
-    "check_limit", "find_entry", "preview",
+    "MEMORY_TOOL",
+    "SEARCH_TOOL",
+    "TARGETS",
+    "Operation",
+    "OperationError",
+    "apply_operation",
+    "check_limit",
+    "find_entry",
+    "parse_operations",
+    "preview",
 ]
 
 TARGETS = ("memory", "user")
