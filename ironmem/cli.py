@@ -261,11 +261,12 @@ def status(
     ctx: typer.Context,
     home: str | None = _HOME_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Show this user id's files (users/<folder>/)."),
 ) -> None:
     """Providers (active or degraded), usage of MEMORY.md and USER.md, and the snapshot hash."""
     opts = _opts(ctx, home)
     with _manager(opts) as manager:
-        info = manager.status()
+        info = manager.status(user)
         problems = _corrupt_files(manager)
     if as_json:
         _echo_json(info)
@@ -285,11 +286,16 @@ def status(
         for column in ("file", "entries", "usage", "path"):
             files.add_column(column)
         for target, f in info["files"].items():
-            usage = (
-                Text(f"UNREADABLE: {f['error']}", style="bold red") if f.get("error") else Text(f["usage"])
-            )
+            if f.get("error"):
+                usage = Text(f"UNREADABLE: {f['error']}", style="bold red")
+            elif f.get("over_limit"):
+                usage = Text(f"{f['usage']} ({f['snapshot_note']})", style="bold red")
+            else:
+                usage = Text(f["usage"])
             files.add_row(TARGET_FILES[target], str(f["entries"]), usage, Text(f["path"]))
         console.print(files)
+        if info.get("users"):
+            console.print(Text(f"users with their own files: {len(info['users']):,} (ironmem status --user ID)"))
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
         console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
     if problems:
@@ -299,6 +305,10 @@ def status(
 # --------------------------------------------------------------------------------------------------
 # show
 # --------------------------------------------------------------------------------------------------
+_SHOW_ENTRY_CHARS = 2000
+_SHOW_MAX_ENTRIES = 200
+
+
 def _targets(target: str) -> list[str]:
     if target == "all":
         return list(TARGET_FILES)
@@ -313,37 +323,52 @@ def show(
     home: str | None = _HOME_OPTION,
     target: str = typer.Option("all", "--target", "-t", help="memory, user or all."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Show this user id's files (users/<folder>/)."),
+    full: bool = typer.Option(False, "--full", help="Print long entries whole (default: cut at 2,000 chars)."),
 ) -> None:
-    """The numbered entries of MEMORY.md and USER.md, each with its security-scan verdict."""
+    """The numbered entries of MEMORY.md and USER.md, each with its security-scan verdict.
+
+    An entry longer than 2,000 characters is cut (the file is not: ``--full`` prints it whole), and at most
+    the first 200 entries are listed, so a runaway file cannot flood the terminal.
+    """
     from .core.security import scan
 
     opts = _opts(ctx, home)
     targets = _targets(target)
     out: dict[str, Any] = {}
     with _manager(opts) as manager:
+        scopes = manager.scopes_for(user)
         for t in targets:
-            state = manager.builtin.files[t].read()
+            memory_file = manager.builtin.file(t, scopes[t])
+            state = memory_file.read()
             if state.corrupt:
                 raise CLIError(
-                    f"{state.corrupt} ({manager.builtin.files[t].path}); a copy is at {state.backup}. "
+                    f"{state.corrupt} ({memory_file.path}); a copy is at {state.backup}. "
                     "Fix or delete the file, then retry"
                 )
             rows = []
             for i, entry in enumerate(state.entries, start=1):
-                verdict = scan(entry)
-                rows.append(
-                    {
-                        "n": i,
-                        "text": entry,
-                        "blocked": verdict.blocked,
-                        "categories": verdict.categories,
-                    }
-                )
+                if not full and i > _SHOW_MAX_ENTRIES:
+                    break
+                shown = entry if full or len(entry) <= _SHOW_ENTRY_CHARS else entry[:_SHOW_ENTRY_CHARS]
+                verdict = scan(shown)
+                row: dict[str, Any] = {
+                    "n": i,
+                    "text": shown,
+                    "blocked": verdict.blocked,
+                    "categories": verdict.categories,
+                }
+                if len(shown) < len(entry):
+                    row["truncated"] = True
+                    row["chars"] = len(entry)
+                rows.append(row)
             out[t] = {
-                "file": str(manager.builtin.files[t].path),
-                "usage": manager.builtin.usage(t),
+                "file": str(memory_file.path),
+                "usage": manager.builtin.usage(t, scopes[t]),
                 "entries": rows,
             }
+            if len(rows) < len(state.entries):
+                out[t]["entries_not_listed"] = len(state.entries) - len(rows)
     if as_json:
         _echo_json(out)
         return
@@ -361,10 +386,15 @@ def show(
             else:
                 shown = Text("ok", style="green")
                 text = Text(row["text"])
+            if row.get("truncated"):
+                text.append(f" [... cut: {row['chars']:,} chars in all; --full prints it whole]", style="bold red")
             table.add_row(str(row["n"]), text, shown)
         if not data["entries"]:
             table.add_row("", Text("(empty)", style="dim"), "")
         console.print(table)
+        if data.get("entries_not_listed"):
+            console.print(Text(f"... {data['entries_not_listed']:,} more entries not listed (--full lists all)",
+                               style="bold red"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ def test_parse_and_render_round_trip() -> None:
 
 def test_add_replace_remove_and_usage(manager: MemoryManager, home: Path) -> None:
     added = call(manager, action="add", target="user", content="Name: Ada Lovelace")
-    assert added == {"success": True, "action": "add", "target": "user", "usage": "1% - 18/1,375 chars", "entries": 1}
+    assert added == {"success": True, "done": True, "action": "add", "target": "user", "usage": "1% - 18/1,375 chars",
+                     "entries": 1}
     replaced = call(manager, action="replace", target="user", old_text="Ada", content="Name: Ada King")
     assert replaced["success"] and (home / "USER.md").read_text() == "Name: Ada King"
     removed = call(manager, action="remove", target="user", old_text="King")
@@ -74,7 +75,7 @@ def test_over_the_limit_is_refused_with_usage_and_entries(home: Path) -> None:
         assert result["success"] is False
         assert "over its 40-char limit" in result["error"] and "nothing was written" in result["error"]
         assert result["usage"] == "75% - 30/40 chars"
-        assert result["entries"] == ["a" * 30]
+        assert result["current_entries"] == ["a" * 30]
         assert (home / "MEMORY.md").read_bytes() == before
 
 
@@ -83,11 +84,12 @@ def test_ambiguous_old_text_lists_previews(manager: MemoryManager, home: Path) -
     call(manager, action="add", target="memory", content="Meeting with Carol on Friday")
     before = (home / "MEMORY.md").read_bytes()
     result = call(manager, action="remove", target="memory", old_text="Meeting")
-    assert result["success"] is False and "2 memory entries contain 'Meeting'" in result["error"]
+    assert result["success"] is False and "Multiple entries matched 'Meeting'" in result["error"]
     assert result["matches"] == ["Meeting with Bob on Monday", "Meeting with Carol on Friday"]
     assert (home / "MEMORY.md").read_bytes() == before
     missing = call(manager, action="remove", target="memory", old_text="Dave")
-    assert missing["success"] is False and "no memory entry contains 'Dave'" in missing["error"]
+    assert missing["success"] is False and "No entry matched 'Dave'" in missing["error"]
+    assert missing["current_entries"] == ["Meeting with Bob on Monday", "Meeting with Carol on Friday"]
 
 
 def test_batch_is_all_or_nothing(manager: MemoryManager, home: Path) -> None:
@@ -116,11 +118,13 @@ def test_batch_is_all_or_nothing(manager: MemoryManager, home: Path) -> None:
 
 
 def test_bad_operation_arguments(manager: MemoryManager) -> None:
-    assert "needs non-empty content" in call(manager, action="add", target="memory", content="  ")["error"]
-    assert "target must be" in call(manager, action="add", target="diary", content="x")["error"]
+    assert "content is required" in call(manager, action="add", target="memory", content="  ")["error"]
+    assert "invalid target 'diary'" in call(manager, action="add", target="diary", content="x")["error"]
     assert "needs old_text" in call(manager, action="remove", target="memory")["error"]
     assert "separator" in call(manager, action="add", target="memory", content="a\n§\nb")["error"]
-    assert "non-empty list" in call(manager, operations=[])["error"]
+    assert "separator" in call(manager, action="add", target="memory", content="a\r\n§\r\nb")["error"]
+    assert "Missing required parameter" in call(manager, operations=[])["error"]
+    assert "non-empty list" in call(manager, operations="add x")["error"]
 
 
 def test_corrupt_file_is_backed_up_reported_and_never_overwritten(home: Path) -> None:

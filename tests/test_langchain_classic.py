@@ -87,7 +87,7 @@ async def test_agent_executor_with_classic_memory(manager: MemoryManager, mode: 
     memory.clear()
     assert memory.session.id != "classic"
     assert "Uses Helix" in memory.session.system_prompt_block()
-    assert "Uses Helix" in manager.builtin.state("user").entries
+    assert "Uses Helix" in manager.builtin.state("user", "ada").entries  # Ada's own USER.md (users/<ada>/)
 
 
 def test_memory_variables_and_keys(manager: MemoryManager) -> None:

@@ -147,7 +147,7 @@ def test_pinned_session_gets_every_call(manager: MemoryManager) -> None:
     memory.invoke({"action": "add", "target": "user", "content": "Speaks Portuguese"},
                   config={"configurable": {"thread_id": "elsewhere"}})
     session.sync_turn("Olá, tudo bem?", "Tudo ótimo!")
-    assert "Speaks Portuguese" in manager.builtin.state("user").entries
+    assert "Speaks Portuguese" in manager.builtin.state("user", "ada").entries  # Ada's own USER.md
     result = json.loads(search.invoke({"query": "tudo"}))
     assert "Tudo" in json.dumps(result, ensure_ascii=False)
 
@@ -185,7 +185,7 @@ async def test_bad_arguments_return_an_error_and_the_loop_continues(manager: Mem
     result = await agent.ainvoke({"messages": [("user", "Do the thing.")]})
     errors = [json.loads(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
     assert [e["success"] for e in errors] == [False, False]
-    assert "needs non-empty content" in errors[0]["error"]
+    assert "needs old_text" in errors[0]["error"]
     assert "needs a non-empty 'query'" in errors[1]["error"]
     assert result["messages"][-1].content == "Both failed: 2 errors seen."
     assert manager.builtin.state("user").entries == ()

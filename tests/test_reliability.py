@@ -438,10 +438,10 @@ def test_failing_write_gives_clear_error_and_keeps_old_file(
 
 
 def test_unwritable_state_folder_gives_clear_error(tmp_path: Path) -> None:
-    """The lock cannot be created (here: the state folder's path is taken by a file, a real OS error)."""
-    blocker = tmp_path / "state"
-    blocker.write_text("not a folder")
-    memory = MemoryFile(tmp_path / "MEMORY.md", limit=2200, state_dir=blocker)
+    """The lock cannot be created (here: a folder sits where Hermes's lock file MEMORY.md.lock goes, a real
+    OS error)."""
+    (tmp_path / "MEMORY.md.lock").mkdir()
+    memory = MemoryFile(tmp_path / "MEMORY.md", limit=2200)
     with pytest.raises(Exception) as info:
         memory.update(lambda entries: entries + ["x"])
     assert type(info.value).__name__ == "MemoryFileError"

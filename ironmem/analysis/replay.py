@@ -447,7 +447,7 @@ def record_session(
                 if i:
                     now += rng.uniform(min_gap_s, max_gap_s)
                 user, assistant = conversation[i]
-                snapshot_now = manager.render_snapshot().text
+                snapshot_now = manager.render_snapshot(scopes=session.scopes).text
                 recall = session.prefetch(user)
                 call = None
                 result_text = ""

@@ -4,8 +4,11 @@ A config file has one ``memory`` section and, optionally, one section for the ex
 
     memory:
       home: ~/.ironmem          # optional; relative paths are relative to this file
+      memory_enabled: true      # Hermes's keys are accepted as Hermes writes them
+      user_profile_enabled: true
       memory_char_limit: 2200
       user_char_limit: 1375
+      memory_per_user: false    # true: each user id also gets its own MEMORY.md (USER.md always is per user)
       prefetch_timeout: 3.0
       strict: false
       provider: local_vector    # optional: the ONE external provider (rule 1)
@@ -99,7 +102,15 @@ class MemorySettings(BaseModel):
     tool_timeout: float = Field(30.0, gt=0, description="Seconds a tool call into the external provider may take")
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
-    provider: str | list[str] | None = Field(None, description="The one external provider, by registered name")
+    provider: str | list[str] | None = Field(
+        None, description="The one external provider, by registered name ('builtin' or empty: none, as in Hermes)"
+    )
+    # Hermes's own keys of its `memory:` section, so a Hermes config.yaml memory section loads as is.
+    memory_enabled: bool = Field(True, description="Hermes key: MEMORY.md in the snapshot and writable")
+    user_profile_enabled: bool = Field(True, description="Hermes key: USER.md in the snapshot and writable")
+    nudge_interval: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
+    flush_min_turns: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
+    memory_per_user: bool = Field(False, description="Give each user id its own MEMORY.md too (USER.md always is)")
 
 
 @dataclass
@@ -333,10 +344,11 @@ def _validate(section: str, model: type[BaseModel], data: dict[str, Any]) -> Any
 
 
 def _provider_names(value: str | list[str] | None) -> list[str]:
+    """The external providers named; Hermes writes ``provider: builtin`` (or an empty string) for none."""
     if value is None:
         return []
     items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
-    return [item.strip() for item in items if item.strip()]
+    return [item.strip() for item in items if item.strip() and item.strip() != "builtin"]
 
 
 def load_config(path: str | Path) -> IronMemConfig:
@@ -475,6 +487,9 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
         prefetch_timeout=settings.prefetch_timeout,
         tool_timeout=settings.tool_timeout,
         sync_drain_timeout=settings.sync_drain_timeout,
+        memory_enabled=settings.memory_enabled,
+        user_profile_enabled=settings.user_profile_enabled,
+        memory_per_user=settings.memory_per_user,
     )
     if provider is not None:
         reason = ""

@@ -37,12 +37,19 @@ class EncodingUnavailableError(IronMemError):
 class OperationError(MemoryWriteError, ValueError):
     """A memory tool call is malformed or cannot apply (bad action, no unique match, over the limit, ...).
 
-    ``details`` goes into the JSON error result. Also a ``ValueError``, for callers that validate that way.
+    ``details`` goes into the JSON error result. ``show_entries`` names the target whose current entries (and
+    usage) the result should list, so the model can pick the right ``old_text`` or consolidate; None when the
+    error must not echo the store. ``limit`` is True when the change was refused for the character limit. Also a
+    ``ValueError``, for callers that validate that way.
     """
 
-    def __init__(self, message: str, **details: object) -> None:
+    def __init__(
+        self, message: str, *, show_entries: str | None = None, limit: bool = False, **details: object
+    ) -> None:
         super().__init__(message)
         self.details = details
+        self.show_entries = show_entries
+        self.limit = limit
 
 
 class InvalidArgumentError(IronMemError, ValueError):

@@ -26,7 +26,7 @@ from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
 from .security import redact_secrets, scan
 from .session import Session
-from .snapshot import Snapshot, render_snapshot
+from .snapshot import Snapshot, render_cap, render_snapshot
 
 __all__ = ["MemoryManager", "default_home"]
 
@@ -67,6 +67,9 @@ class MemoryManager:
         prefetch_timeout: float = 3.0,
         tool_timeout: float = 30.0,
         sync_drain_timeout: float = 30.0,
+        memory_enabled: bool = True,
+        user_profile_enabled: bool = True,
+        memory_per_user: bool = False,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -78,8 +81,14 @@ class MemoryManager:
         self.prefetch_timeout = float(prefetch_timeout)
         self.tool_timeout = float(tool_timeout)
         self.sync_drain_timeout = float(sync_drain_timeout)
+        #: When True, a session with a user id also gets its own MEMORY.md (USER.md is always per user).
+        self.memory_per_user = bool(memory_per_user)
         self.builtin = BuiltinMemoryProvider(
-            self.home, memory_char_limit=memory_char_limit, user_char_limit=user_char_limit
+            self.home,
+            memory_char_limit=memory_char_limit,
+            user_char_limit=user_char_limit,
+            memory_enabled=memory_enabled,
+            user_profile_enabled=user_profile_enabled,
         )
         self.builtin.add_write_listener(self._mirror_write)
         self.external: MemoryProvider | None = None
@@ -205,8 +214,14 @@ class MemoryManager:
         user_id: str | None = None,
         *,
         snapshot: Snapshot | dict[str, Any] | None = None,
+        memory_per_user: bool | None = None,
     ) -> Session:
         """Start a conversation: renders and freezes its snapshot.
+
+        With a ``user_id`` the session reads and writes that user's own ``USER.md`` (``users/<folder>/USER.md``),
+        never another user's; ``MEMORY.md`` stays shared unless ``memory_per_user`` (default: the manager's
+        setting) gives the user a ``MEMORY.md`` of their own too. Without a user id the session uses Hermes's
+        files in the home, exactly as Hermes does. See ``docs/storage.md``.
 
         To resume a conversation in another process (a thread restored from a checkpoint), pass the
         ``snapshot`` it was started with (``session.snapshot.to_dict()``): the session then keeps those exact
@@ -216,11 +231,20 @@ class MemoryManager:
             raise ClosedError("this MemoryManager is closed; create a new one")
         if isinstance(snapshot, dict):
             snapshot = Snapshot.from_dict(snapshot)
-        return Session(self, session_id or uuid.uuid4().hex, user_id, snapshot=snapshot)
+        per_user = self.memory_per_user if memory_per_user is None else bool(memory_per_user)
+        return Session(self, session_id or uuid.uuid4().hex, user_id, snapshot=snapshot, memory_per_user=per_user)
 
-    def render_snapshot(self) -> Snapshot:
-        """What a session starting now would show in its system prompt."""
-        states = {target: self.builtin.state(target) for target in ("memory", "user")}
+    def scopes_for(self, user_id: str | None = None, *, memory_per_user: bool | None = None) -> dict[str, str]:
+        """The scope of each target for ``user_id`` (``{"memory": "", "user": "ada"}``); see ``docs/storage.md``."""
+        per_user = self.memory_per_user if memory_per_user is None else bool(memory_per_user)
+        return self.builtin.scopes_for(user_id, memory_per_user=per_user)
+
+    def render_snapshot(
+        self, user_id: str | None = None, *, memory_per_user: bool | None = None, scopes: dict[str, str] | None = None
+    ) -> Snapshot:
+        """What a session of ``user_id`` starting now would show in its system prompt."""
+        scopes = scopes or self.scopes_for(user_id, memory_per_user=memory_per_user)
+        states = {target: self.builtin.state(target, scopes[target]) for target in ("memory", "user")}
         blocks: list[str] = []
         if self.external is not None and self._guard is not None:
             block = self._guard.call("system_prompt_block", self.external.system_prompt_block, "",
@@ -231,7 +255,7 @@ class MemoryManager:
                 log.warning("system prompt block of %r dropped: %s", self.external.name, verdict.reason)
             elif block.strip():
                 blocks.append(sanitize(block))
-        return render_snapshot(states, self.builtin.limits, blocks)
+        return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled)
 
     # -- writes from the built-in layer, mirrored out -------------------------------------------
     def _mirror_write(self, action: str, target: str, content: str) -> None:
@@ -278,18 +302,33 @@ class MemoryManager:
         self.builtin.apply([Operation("remove", target, old_text=entry)])
         return entry, copy
 
-    def status(self) -> dict[str, Any]:
-        """Providers and their health, file usage, the snapshot hash a new session would get."""
+    def status(self, user_id: str | None = None) -> dict[str, Any]:
+        """Providers and their health, file usage, the snapshot hash a new session would get.
+
+        Each file says whether it is ``over_limit``; its ``usage`` text is capped at 100% and names the excess
+        instead of printing a percentage in the thousands. ``users`` lists the user scopes that have files.
+        """
+        scopes = self.scopes_for(user_id)
         files: dict[str, Any] = {}
         for target in ("memory", "user"):
-            state = self.builtin.files[target].read()
+            memory_file = self.builtin.file(target, scopes[target])
+            state = memory_file.read()
+            limit = self.builtin.limits[target]
             info: dict[str, Any] = {
-                "path": str(self.builtin.files[target].path),
+                "path": str(memory_file.path),
+                "scope": scopes[target],
+                "enabled": self.builtin.enabled[target],
                 "entries": len(state.entries),
                 "chars": state.chars,
-                "limit": self.builtin.limits[target],
-                "usage": format_usage(state.chars, self.builtin.limits[target]),
+                "limit": limit,
+                "usage": format_usage(state.chars, limit),
+                "over_limit": state.chars > limit,
             }
+            if state.chars > limit:
+                info["snapshot_note"] = (
+                    f"over the limit by {state.chars - limit:,} chars; the snapshot shows at most "
+                    f"{render_cap(limit):,} chars of it, with a marker. Remove or shorten entries"
+                )
             if state.corrupt:
                 info.update(error=state.corrupt, backup=str(state.backup))
             files[target] = info
@@ -302,8 +341,9 @@ class MemoryManager:
             "home": str(self.home),
             "providers": providers,
             "files": files,
+            "users": self.builtin.known_scopes(),
             "turns_indexed": self.builtin.index.turn_count(),
-            "snapshot_hash": self.render_snapshot().hash,
+            "snapshot_hash": self.render_snapshot(scopes=scopes).hash,
         }
 
     def health(self, name: str) -> ProviderHealth:

@@ -62,7 +62,9 @@ class ToolSchema:
 class MemoryProvider(ABC):
     """A memory backend. The built-in provider is one; at most one external provider joins it.
 
-    Subclasses implement the four required members; every hook has a no-op default. The manager wraps
+    Subclasses implement the four required members; every hook has a no-op default (the optional hooks follow
+    Hermes's provider contract: ``on_turn_start``, ``queue_prefetch``, ``on_pre_compress``, ``on_delegation``,
+    ``on_session_switch``, ``on_memory_write``, ``on_session_end``). The manager wraps
     every call into an external provider, so an exception or a hang in a hook never reaches the agent.
 
     Example:
@@ -115,6 +117,39 @@ class MemoryProvider(ABC):
 
     def on_session_end(self, session_id: str) -> None:
         """The session ended; flush anything session-scoped."""
+
+    def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
+        """A turn starts (``turn_number`` counts from 1) with the user's ``message`` (secrets masked).
+
+        For turn counting and periodic upkeep. Runs in the background, in order with the other hooks; extra
+        keyword arguments may be added later and should be ignored. (Hermes: same name and signature.)
+        """
+
+    def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
+        """After a turn: start recalling for the NEXT turn in the background, so ``prefetch`` can return a
+        cached result quickly. Default: nothing. (Hermes: same name and signature.)"""
+
+    def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
+        """The framework is about to compact history; ``messages`` (``{"role", "content"}`` dicts, secrets
+        masked) are the ones leaving the context. Extract what matters from them now. Return text for the
+        summary prompt, or "" (the default). (Hermes: same name and signature.)"""
+        return ""
+
+    def on_delegation(self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any) -> None:
+        """A subagent finished ``task`` with ``result`` (observed by the parent's provider, in the background).
+        (Hermes: same name and signature.)"""
+
+    def on_session_switch(
+        self,
+        new_session_id: str,
+        *,
+        parent_session_id: str = "",
+        reset: bool = False,
+        rewound: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """The conversation continues under ``new_session_id`` (resume, branch, reset, compaction). Update any
+        state cached per session id. ``reset`` means a genuinely new conversation. (Hermes: same signature.)"""
 
     def shutdown(self) -> None:
         """Release resources (connections, threads). Called once when the manager closes."""

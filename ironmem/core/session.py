@@ -24,6 +24,9 @@ __all__ = ["Session"]
 
 log = logging.getLogger(__name__)
 
+#: Failed ``memory`` calls in one turn before the breaker tells the model to stop retrying (Hermes: 3).
+MAX_MEMORY_FAILURES_PER_TURN = 3
+
 #: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
 _scan_recalled = functools.lru_cache(maxsize=4096)(scan)
 
@@ -61,17 +64,27 @@ class Session:
     """
 
     def __init__(
-        self, manager: MemoryManager, session_id: str, user_id: str | None, *, snapshot: Snapshot | None = None
+        self,
+        manager: MemoryManager,
+        session_id: str,
+        user_id: str | None,
+        *,
+        snapshot: Snapshot | None = None,
+        memory_per_user: bool = False,
     ) -> None:
         self.manager = manager
         self.id = session_id
-        self.user_id = user_id
+        self.user_id = user_id or None
+        #: The scope of each target (``{"memory": "", "user": "ada"}``): whose files this session reads and writes.
+        self.scopes: dict[str, str] = manager.builtin.scopes_for(user_id, memory_per_user=memory_per_user)
         self._lock = threading.Lock()
         self.prefetch_count = 0
         self.turns_synced = 0
+        self.turn_number = 0
         self.last_recall: Recall | None = None
         self._ended = False
-        manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home))
+        self._memory_failures = 0
+        manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home), scopes=self.scopes)
         if manager.external is not None and manager._guard is not None:
             external = manager.external
             manager._guard.call(
@@ -80,7 +93,7 @@ class Session:
                 None,
                 timeout=manager.prefetch_timeout,
             )
-        self._snapshot = snapshot if snapshot is not None else manager.render_snapshot()
+        self._snapshot = snapshot if snapshot is not None else manager.render_snapshot(scopes=self.scopes)
         # Entries already shown (in the snapshot or in an earlier recall), per target.
         self._surfaced: dict[str, set[str]] = {t: set(e) for t, e in self._snapshot.entries.items()}
         self._removed_shown: dict[str, set[str]] = {t: set() for t in self._snapshot.entries}
@@ -107,6 +120,7 @@ class Session:
         manager = self.manager
         items: list[RecallItem] = []
         dropped: list[str] = []
+        self.begin_turn(user_message)
         with self._lock:
             self.prefetch_count += 1
             items.extend(self._live_delta())
@@ -151,8 +165,11 @@ class Session:
     def _live_delta(self) -> list[RecallItem]:
         """Entries added or removed since the snapshot that this session has not been shown yet."""
         out: list[RecallItem] = []
+        builtin = self.manager.builtin
         for target in ("memory", "user"):
-            state = self.manager.builtin.files[target].read()
+            if not builtin.enabled[target]:
+                continue
+            state = builtin.file(target, self.scopes[target]).read()
             if state.corrupt:
                 continue
             label = "memory" if target == "memory" else "user profile"
@@ -160,7 +177,8 @@ class Session:
             for entry in state.entries:
                 if entry not in self._surfaced[target]:
                     self._surfaced[target].add(entry)
-                    out.append(RecallItem("live", f"[{label}] {entry}"))
+                    # never more of one entry than its file's limit (a hand-pasted megabyte stays on disk)
+                    out.append(RecallItem("live", f"[{label}] {clip(entry, builtin.limits[target])}"))
             for entry in sorted(self._snapshot.entries[target]):
                 if entry not in current and entry not in self._removed_shown[target]:
                     self._removed_shown[target].add(entry)
@@ -183,16 +201,20 @@ class Session:
         if not isinstance(args, dict):
             return json_error(f"arguments for {name!r} must be a JSON object, got {type(args).__name__}")
         owner = self.manager._tools.get(name)
+        if owner is None and name == "memory" and not any(self.manager.builtin.enabled.values()):
+            return json_error("Memory is not available: it is disabled in this configuration "
+                              "(memory.memory_enabled and memory.user_profile_enabled are false)")
         if owner is None:
             available = ", ".join(self.manager._tools)
             return json_error(f"unknown tool {name!r}; available memory tools: {available}")
         provider = owner[0]
         if provider is self.manager.builtin:
             try:
-                return self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id)
+                result = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
-                return json_error(f"{name} failed: {type(exc).__name__}: {exc}")
+                result = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
+            return self._count_memory_failure(name, result)
         guard = self.manager._guard
         assert guard is not None
         clean = redact_args(args)
@@ -212,7 +234,101 @@ class Session:
     async def ahandle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
         return await asyncio.to_thread(self.handle_tool_call, name, args)
 
+    def _count_memory_failure(self, name: str, result: str) -> str:
+        """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed ``memory`` calls in one turn, the next
+        failure tells the model to stop retrying and answer the user. A success or a new turn resets it."""
+        if name != "memory":
+            return result
+        try:
+            success = bool(json.loads(result).get("success"))
+        except (ValueError, AttributeError):
+            success = False
+        with self._lock:
+            if success:
+                self._memory_failures = 0
+                return result
+            self._memory_failures += 1
+            failures = self._memory_failures
+        if failures <= MAX_MEMORY_FAILURES_PER_TURN:
+            return result
+        return json.dumps({
+            "success": False,
+            "done": True,
+            "error": (
+                f"Memory calls failed {failures} times this turn. Stop retrying memory calls: leave memory "
+                "unchanged for now and continue with your reply to the user. The fact can be saved in a later turn."
+            ),
+        }, ensure_ascii=False)
+
     # -- turns ----------------------------------------------------------------------------------
+    def begin_turn(self, user_message: str) -> int:
+        """Start a turn (``prefetch`` calls this): resets the memory-failure breaker and tells the external
+        provider (``on_turn_start``, in the background). Returns the turn number (1 for the first turn)."""
+        with self._lock:
+            self.turn_number += 1
+            self._memory_failures = 0
+            turn = self.turn_number
+        manager = self.manager
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            message = redact_secrets(user_message or "")
+            manager._background.submit(
+                lambda: guard.call("on_turn_start", lambda: external.on_turn_start(turn, message),
+                                   None, timeout=manager.tool_timeout)
+            )
+        return turn
+
+    def pre_compress(self, messages: list[dict[str, Any]]) -> str:
+        """The framework is about to compact history: ``messages`` (``{"role", "content"}`` dicts) leave the
+        context. Gives the external provider its ``on_pre_compress`` chance to extract from them first (secrets
+        masked, bounded by ``tool_timeout``). Returns the provider's text for the summary prompt ("" if none).
+        """
+        manager = self.manager
+        external, guard = manager.external, manager._guard
+        if external is None or guard is None or not messages:
+            return ""
+        clean = [redact_args(dict(m)) for m in messages if isinstance(m, dict)]
+        text = guard.call("on_pre_compress", lambda: external.on_pre_compress(clean), "",
+                          timeout=manager.tool_timeout)
+        if not isinstance(text, str) or not text.strip():
+            return ""
+        if _scan_recalled(text).blocked:
+            log.warning("on_pre_compress text of %r dropped by the security scan", external.name)
+            return ""
+        return text
+
+    def delegation(self, task: str, result: str, *, child_session_id: str = "") -> None:
+        """A subagent finished ``task`` with ``result``: the external provider observes it (in the background)."""
+        manager = self.manager
+        external, guard = manager.external, manager._guard
+        if external is None or guard is None:
+            return
+        clean_task, clean_result = redact_secrets(task or ""), redact_secrets(result or "")
+        manager._background.submit(
+            lambda: guard.call(
+                "on_delegation",
+                lambda: external.on_delegation(clean_task, clean_result, child_session_id=child_session_id),
+                None, timeout=manager.tool_timeout,
+            )
+        )
+
+    def switch(self, new_session_id: str, *, reset: bool = False, rewound: bool = False) -> None:
+        """The conversation continues under ``new_session_id`` (a branch, a resume, a reset): the snapshot stays
+        frozen; the external provider is told (``on_session_switch``) so its per-session state follows."""
+        if not isinstance(new_session_id, str) or not new_session_id:
+            raise ValueError("new_session_id must be a non-empty string")
+        old = self.id
+        self.id = new_session_id
+        manager = self.manager
+        external, guard = manager.external, manager._guard
+        if external is not None and guard is not None:
+            guard.call(
+                "on_session_switch",
+                lambda: external.on_session_switch(new_session_id, parent_session_id=old, reset=reset,
+                                                   rewound=rewound),
+                None, timeout=manager.tool_timeout,
+            )
+
     def sync_turn(self, user: str, assistant: str) -> None:
         """Record a finished exchange: indexed locally now, sent to the external provider in the background."""
         if not (user or "").strip() and not (assistant or "").strip():
@@ -229,14 +345,24 @@ class Session:
         external, guard = manager.external, manager._guard
         if external is not None and guard is not None:
             clean_user, clean_assistant = redact_secrets(user or ""), redact_secrets(assistant or "")
+            session_id = self.id
             manager._background.submit(
                 lambda: guard.call(
                     "sync_turn",
-                    lambda: external.sync_turn(clean_user, clean_assistant, session_id=self.id),
+                    lambda: external.sync_turn(clean_user, clean_assistant, session_id=session_id),
                     None,
                     timeout=manager.tool_timeout,
                 )
             )
+            if clean_user.strip():
+                manager._background.submit(
+                    lambda: guard.call(
+                        "queue_prefetch",
+                        lambda: external.queue_prefetch(clean_user, session_id=session_id),
+                        None,
+                        timeout=manager.tool_timeout,
+                    )
+                )
 
     async def async_turn(self, user: str, assistant: str) -> None:
         await asyncio.to_thread(self.sync_turn, user, assistant)

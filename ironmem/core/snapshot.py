@@ -17,7 +17,7 @@ from .errors import InvalidArgumentError
 from .fence import sanitize
 from .security import ScanResult, scan
 
-__all__ = ["Snapshot", "render_snapshot", "render_entry"]
+__all__ = ["Snapshot", "render_cap", "render_entry", "render_snapshot"]
 
 _TITLES = {
     "memory": "MEMORY (your notes, from earlier sessions)",
@@ -68,22 +68,87 @@ class Snapshot:
         return cls(data["text"], {t: tuple(entries.get(t, ())) for t in ("memory", "user")})
 
 
-def render_snapshot(states: dict[str, FileState], limits: dict[str, int], external_blocks: Sequence[str] = ()) -> Snapshot:
-    """Render the built-in files (and any external provider's static block) into one text."""
+def render_cap(limit: int) -> int:
+    """The most characters of one file the snapshot shows: twice its limit, at least 4,000 (Hermes's cap)."""
+    return max(2 * limit, 4000)
+
+
+def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
+    """The entries as shown, capped at :func:`render_cap`: the first ~70% and the last ~20% of the budget are
+    kept (whole entries where they fit; an entry too long for its part is cut), with a visible marker between
+    them saying how much was left out and how to get back under the limit. Only shown text is scanned."""
+    joined = len("\n§\n".join(entries))
+    cap = render_cap(limit)
+    if joined <= cap:
+        return "\n§\n".join(render_entry(e, target, i + 1) for i, e in enumerate(entries))
+    head_budget, tail_budget = int(cap * 0.7), int(cap * 0.2)
+    head: list[tuple[int, str]] = []
+    used = 0
+    for i, entry in enumerate(entries):
+        if used + len(entry) + 3 > head_budget:
+            if not head:  # the first entry alone is larger than the head budget: show its beginning
+                head.append((i, entry[: head_budget] + " [...entry cut]"))
+            break
+        head.append((i, entry))
+        used += len(entry) + 3
+    tail: list[tuple[int, str]] = []
+    used = 0
+    first_free = head[-1][0] + 1 if head else 0
+    for i in range(len(entries) - 1, first_free - 1, -1):
+        entry = entries[i]
+        if used + len(entry) + 3 > tail_budget:
+            if not tail:  # the last entry alone is larger than the tail budget: show its end
+                tail.append((i, "[entry cut...] " + entry[-tail_budget:]))
+            break
+        tail.append((i, entry))
+        used += len(entry) + 3
+    tail.reverse()
+    shown = sum(len(text) for _, text in head + tail)
+    omitted_entries = len(entries) - len({i for i, _ in head} | {i for i, _ in tail})
+    file_name = "MEMORY.md" if target == "memory" else "USER.md"
+    marker = (
+        f"[... {max(0, joined - shown):,} chars"
+        + (f" ({omitted_entries:,} entries)" if omitted_entries else "")
+        + f" not shown: {file_name} is over its limit ({joined:,}/{limit:,} chars). Consolidate with the memory "
+        "tool (remove/replace) or edit the file; run `ironmem status` to see the sizes ...]"
+    )
+    parts = [render_entry(text, target, i + 1) for i, text in head] + [marker]
+    parts += [render_entry(text, target, i + 1) for i, text in tail]
+    return "\n§\n".join(parts)
+
+
+def render_snapshot(
+    states: dict[str, FileState],
+    limits: dict[str, int],
+    external_blocks: Sequence[str] = (),
+    *,
+    enabled: dict[str, bool] | None = None,
+) -> Snapshot:
+    """Render the built-in files (and any external provider's static block) into one text.
+
+    A file over its limit is shown capped (see :func:`render_cap`) with a visible marker, never whole: a 10 MB
+    hand-grown MEMORY.md must not reach the model. A target disabled in config (``enabled``) is left out.
+    """
     parts = [_HEADER]
+    shown: dict[str, tuple[str, ...]] = {}
     for target in ("memory", "user"):
-        state = states[target]
-        title = f"## {_TITLES[target]} [{format_usage(state.chars, limits[target])}]"
+        state = states.get(target)
+        if state is None or (enabled is not None and not enabled.get(target, True)):
+            shown[target] = ()
+            continue
+        shown[target] = state.entries
+        usage = format_usage(state.chars, limits[target])
+        title = f"## {_TITLES[target]} [{usage}]"
         if state.corrupt:
             backup = f".ironmem/backups/{state.backup.name}" if state.backup else "no copy"
             body = f"[UNREADABLE: {state.corrupt}; a copy is at {backup}]"
         elif not state.entries:
             body = "(empty)"
         else:
-            body = "\n§\n".join(render_entry(e, target, i + 1) for i, e in enumerate(state.entries))
+            body = _capped_body(state.entries, target, limits[target])
         parts.append(f"{title}\n{body}")
     for block in external_blocks:
         block = block.strip()
         if block:
             parts.append(block)
-    return Snapshot("\n\n".join(parts), {t: states[t].entries for t in ("memory", "user")})
+    return Snapshot("\n\n".join(parts), shown)

@@ -15,6 +15,9 @@ What it does per run (one *run* = one ``invoke`` = one user turn):
   ``"ephemeral"`` only the current turn's recall is sent.
 * ``after_agent`` (once per run): syncs the turn (the user's text and the final answer) to memory.
 * ``tools``: the memory tools, with the core's exact JSON schemas; calls go to the thread's session.
+* Compaction: when messages the previous model call saw are gone (``SummarizationMiddleware`` replaced them
+  with a summary, or they were trimmed), they go to ``Session.pre_compress`` first thing in the next model
+  call, so the external provider's ``on_pre_compress`` can still extract from them.
 
 Everything with a rule in it (what to recall, how to fence it, what the snapshot says, how a tool call is
 checked) happens in :class:`ironmem.Session`; this module only moves text between LangChain and it.
@@ -22,6 +25,7 @@ checked) happens in :class:`ironmem.Session`; this module only moves text betwee
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, NotRequired, cast
@@ -68,6 +72,12 @@ class IronMemoryState(AgentState):
 
 def _message_key(message: BaseMessage, index: int) -> str:
     return message.id or f"#{index}"
+
+
+def _as_dict(message: BaseMessage) -> dict[str, str]:
+    """A LangChain message as the core's plain ``{"role", "content"}`` dict."""
+    role = {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+    return {"role": role, "content": message.text}
 
 
 def _last_user_message(messages: list[AnyMessage]) -> tuple[int, HumanMessage] | None:
@@ -150,6 +160,9 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         self._registry = SessionRegistry(manager, user_id=user_id)
         # Recalls by session, for runs without a checkpointer (private state does not outlive such a run).
         self._recall_cache: dict[str, dict[str, str]] = {}
+        # The messages each session's previous model call saw, by id: when some are gone at the next call, the
+        # history was compacted (SummarizationMiddleware, trimming) and the session hears about them.
+        self._seen: dict[str, dict[str, BaseMessage]] = {}
         self.tools = [make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas()]
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -184,11 +197,13 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
     def end_session(self, thread_id: str | None = None) -> bool:
         """End the session of ``thread_id`` (drains its background syncs). The thread can continue later."""
         self._recall_cache.pop(thread_id or self._registry.default_id, None)
+        self._seen.pop(thread_id or self._registry.default_id, None)
         return self._registry.end(thread_id)
 
     def close(self) -> None:
         """End every session this middleware started. The manager stays open (it is the caller's)."""
         self._recall_cache.clear()
+        self._seen.clear()
         self._registry.end_all()
 
     # -- before_agent: freeze the snapshot, prefetch once for the new user message -----------------
@@ -247,6 +262,16 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             updates = self._store_recall(state, session, updates, key, recall.text if recall else "")
         return updates or None
 
+    # -- compaction: messages that left the history since the previous model call -----------------
+    def _compacted(self, session: Session, messages: list[AnyMessage]) -> list[dict[str, str]]:
+        """Messages seen at this session's previous model call that are gone now, as role/content dicts."""
+        current = {m.id: m for m in messages if m.id}
+        previous = self._seen.get(session.id)
+        self._seen[session.id] = current
+        if not previous:
+            return []
+        return [_as_dict(m) for mid, m in previous.items() if mid not in current]
+
     # -- wrap_model_call: snapshot block + fenced recall, in the request only ----------------------
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         state = request.state
@@ -268,6 +293,10 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
+        session = self.session_for(request.runtime)
+        gone = self._compacted(session, list(request.messages))
+        if gone:
+            session.pre_compress(gone)
         return handler(self._prepare(request))
 
     async def awrap_model_call(
@@ -275,6 +304,10 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
+        session = self.session_for(request.runtime)
+        gone = self._compacted(session, list(request.messages))
+        if gone:
+            await asyncio.to_thread(session.pre_compress, gone)
         return await handler(self._prepare(request))
 
     # -- after_agent: sync the turn ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import Any, cast
 from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, Memory
+from llama_index.core.memory.memory import BaseMemoryBlock
 from pydantic import (
     BaseModel,
     Field,
@@ -94,6 +95,7 @@ class _State:
         self.owns_manager = owns_manager
         self.owns_history = owns_history
         self.lock = threading.RLock()
+        _watch_compaction(history, self)
         self.fences = FenceHistory(recall_policy, recalls)  # user-message key -> recall (rule 2, in the core)
         self.synced: set[str] = set()  # user-message keys whose turn was synced
         self.closed = False
@@ -110,6 +112,36 @@ class _State:
         if store is None:
             return True
         return getattr(store, "async_database_uri", None) in _IN_MEMORY_URIS
+
+
+class _CompactionWatcher(BaseMemoryBlock[str]):
+    """A memory block that only listens: a stock ``Memory`` hands it the messages it flushes out of the short-term
+    history, and they go to ``Session.pre_compress`` (the provider's ``on_pre_compress``). It adds no text."""
+
+    name: str = "ironmem_pre_compress"
+    priority: int = 0
+    _state: Any = PrivateAttr(default=None)
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        return ""
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        state = self._state
+        if state is None or state.closed or not messages:
+            return
+        flushed = [{"role": str(getattr(m.role, "value", m.role)), "content": m.content or ""} for m in messages]
+        await asyncio.to_thread(state.session.pre_compress, flushed)
+
+
+def _watch_compaction(history: BaseMemory, state: _State) -> None:
+    """Let ``history`` (a stock ``Memory``) report what it flushes; other memories have no such step."""
+    if not isinstance(history, Memory):
+        return
+    if any(isinstance(block, _CompactionWatcher) for block in history.memory_blocks):
+        return
+    watcher = _CompactionWatcher()
+    watcher._state = state
+    history.memory_blocks.append(watcher)
 
 
 def _portable_history_config(history: BaseMemory, given: dict[str, Any]) -> dict[str, Any]:

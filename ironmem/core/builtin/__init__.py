@@ -6,11 +6,11 @@ from .store import ENTRY_DELIMITER, MemoryFile, format_usage, parse_entries, ren
 from .tools import MEMORY_TOOL, SEARCH_TOOL
 
 __all__ = [
-    "BuiltinMemoryProvider",
     "ENTRY_DELIMITER",
     "MEMORY_TOOL",
-    "MemoryFile",
     "SEARCH_TOOL",
+    "BuiltinMemoryProvider",
+    "MemoryFile",
     "SearchHit",
     "SearchIndex",
     "format_usage",

@@ -416,7 +416,7 @@ class SearchIndex:
             return []
         hits: list[SearchHit] = []
         with self._lock:
-            if "memory" in kinds or "user" in kinds:
+            if any(kind != "turn" for kind in kinds):  # entry kinds: "memory", "user", or scoped "user@<folder>"
                 rows = self._conn.execute(
                     "SELECT e.target, e.text, bm25(entries_fts) FROM entries_fts JOIN entries e ON e.id = entries_fts.rowid "
                     "WHERE entries_fts MATCH ?",

@@ -1,64 +1,246 @@
 """One memory file (MEMORY.md or USER.md) in the Hermes format, written safely.
 
-Entries are separated by a line holding only ``§``. Every change takes an exclusive file lock, re-reads the
-file under the lock (so a concurrent writer or a hand edit is never lost), writes a temp file, fsyncs it and
-swaps it in with ``os.replace``. A file that does not parse is backed up and left untouched.
+Entries are separated by a line holding only ``§``. Reading accepts ``\\n``, ``\\r\\n`` and ``\\r`` line endings
+and a UTF-8 byte-order mark; writing keeps the file's own line endings (a BOM is dropped, as Hermes does).
+Duplicate entries are read once (Hermes de-duplicates on load).
+
+Every change takes the lock Hermes takes (``fcntl.flock`` on ``<file>.lock`` next to the file, so a Hermes
+process and ironmem exclude each other), re-reads the file under the lock (so a concurrent writer or a hand
+edit is never lost), writes a temp file, fsyncs it and swaps it in with ``os.replace``. A file that does not
+parse is backed up and left untouched.
+
+Hand edits: ironmem remembers the entries it last wrote (``.ironmem/<file>.known``). Text a person or a shell
+appended to an entry without a ``§`` line is split off and kept as its own entry on the next write, and a
+unique ``<file>.bak.<timestamp>`` copy of the file is saved first. Without that record (a folder ironmem never
+wrote), an entry longer than the whole file's limit is treated like Hermes's drift guard does: replacing or
+removing it is refused, with a ``.bak`` copy and the way to fix it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from ..errors import MemoryFileError
 
-__all__ = ["ENTRY_DELIMITER", "MemoryFile", "parse_entries", "render_entries", "format_usage"]
+__all__ = [
+    "ENTRY_DELIMITER",
+    "FileState",
+    "MemoryFile",
+    "dedupe",
+    "detect_newline",
+    "format_usage",
+    "parse_entries",
+    "render_entries",
+]
+
+log = logging.getLogger(__name__)
 
 ENTRY_DELIMITER = "\n§\n"
 _TMP_PREFIX = ".ironmem-tmp-"
+_BOM = "\ufeff"
 LOCK_TIMEOUT_S = 30.0
-#: How often a waiting writer retries the lock (filelock's default, 50 ms, makes a waiter lose to the holder's
-#: next write again and again and adds up to 50 ms to every contended write).
+#: How often a waiting writer retries the lock.
 LOCK_POLL_S = 0.002
 
 
+def normalize_newlines(text: str) -> str:
+    """``\\r\\n`` and lone ``\\r`` become ``\\n``."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def detect_newline(text: str) -> str:
+    """The line ending a file uses: ``"\\r\\n"``, ``"\\r"`` or ``"\\n"`` (the first one found decides)."""
+    index = text.find("\r")
+    if index < 0:
+        return "\n"
+    return "\r\n" if text[index : index + 2] == "\r\n" else "\r"
+
+
 def parse_entries(text: str) -> list[str]:
-    """Split file text into entries (Hermes rules: split on the delimiter, strip, drop empties)."""
+    """Split file text into entries (Hermes rules: split on the delimiter, strip, drop empties).
+
+    Any line-ending convention and a leading BOM are accepted.
+    """
+    text = normalize_newlines(text.removeprefix(_BOM))
     return [part.strip() for part in text.split(ENTRY_DELIMITER) if part.strip()]
 
 
-def render_entries(entries: list[str]) -> str:
-    """The file text for ``entries``: exactly what Hermes writes (no trailing newline)."""
-    return ENTRY_DELIMITER.join(entries)
+def dedupe(entries: Sequence[str]) -> list[str]:
+    """``entries`` without repeats, first occurrence kept (Hermes de-duplicates on load)."""
+    return list(dict.fromkeys(entries))
+
+
+def render_entries(entries: Sequence[str], newline: str = "\n") -> str:
+    """The file text for ``entries``: exactly what Hermes writes (no trailing newline), in ``newline`` endings."""
+    text = ENTRY_DELIMITER.join(normalize_newlines(e) for e in entries)
+    return text if newline == "\n" else text.replace("\n", newline)
 
 
 def format_usage(used: int, limit: int) -> str:
-    """``"67% - 1,474/2,200 chars"``."""
-    pct = int(round(100 * used / limit)) if limit else 0
-    return f"{pct}% - {used:,}/{limit:,} chars"
+    """``"67% - 1,474/2,200 chars"``: floored and capped at 100% like Hermes; over the limit says so."""
+    if limit <= 0:
+        return f"0% - {used:,}/{limit:,} chars"
+    pct = min(100, used * 100 // limit)
+    text = f"{pct}% - {used:,}/{limit:,} chars"
+    if used > limit:
+        text += f" - OVER THE LIMIT by {used - limit:,} chars"
+    return text
 
 
 @dataclass(frozen=True)
 class FileState:
-    """What a memory file holds right now."""
+    """What a memory file holds right now.
+
+    ``entries`` are de-duplicated and have hand-appended text split off (see the module docstring);
+    ``hand_edits`` lists the texts that were split off, ``suspect`` the entries longer than the file's limit
+    that no record explains (Hermes's drift signal), ``backup`` a copy saved before anything was decided.
+    """
 
     entries: tuple[str, ...]
     text: str
     corrupt: str | None = None  # why the file could not be parsed; None when it is fine
     backup: Path | None = None
+    newline: str = "\n"
+    hand_edits: tuple[str, ...] = ()
+    suspect: tuple[str, ...] = ()
+    raw_chars: int = 0
 
     @property
     def chars(self) -> int:
-        return len(render_entries(list(self.entries)))
+        return len(ENTRY_DELIMITER.join(self.entries))
+
+    @property
+    def file_chars(self) -> int:
+        """Characters of the file as it is on disk (before de-duplication)."""
+        return self.raw_chars or self.chars
 
 
+# --------------------------------------------------------------------------------------------------
+# The Hermes lock: fcntl.flock on <file>.lock
+# --------------------------------------------------------------------------------------------------
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    key = os.path.abspath(path)
+    with _THREAD_LOCKS_GUARD:
+        lock = _THREAD_LOCKS.get(key)
+        if lock is None:
+            lock = _THREAD_LOCKS[key] = threading.Lock()
+        return lock
+
+
+class HermesLock:
+    """The exclusive lock Hermes's memory tool takes: ``flock(LOCK_EX)`` on ``<file>.lock`` beside the file.
+
+    The lock file is created owner-only (0600), an existing one is tightened to 0600, and a symlink in its
+    place is refused (``O_NOFOLLOW``). Threads of one process queue on an in-process lock first, so only one
+    of them polls ``flock``. On Windows, ``msvcrt.locking`` on the first byte, as Hermes does.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> lock = HermesLock(pathlib.Path(tempfile.mkdtemp()) / "MEMORY.md")
+        >>> with lock.hold(timeout=1):
+        ...     lock.path.name
+        'MEMORY.md.lock'
+    """
+
+    def __init__(self, target: Path) -> None:
+        self.path = Path(target).with_name(Path(target).name + ".lock")
+        self._thread_lock = _thread_lock(self.path)
+
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            if hasattr(os, "fchmod"):
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Hold the lock; raise ``TimeoutError`` after ``timeout`` seconds, ``OSError`` when it cannot be made."""
+        deadline = time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=max(0.0, timeout)):
+            raise TimeoutError(str(self.path))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._open()
+            try:
+                _acquire(fd, deadline)
+                try:
+                    yield
+                finally:
+                    _release(fd)
+            finally:
+                os.close(fd)
+        finally:
+            self._thread_lock.release()
+
+    def try_hold(self) -> contextlib.AbstractContextManager[None]:
+        """Like :meth:`hold` but never waits (``TimeoutError`` when busy)."""
+        return self.hold(timeout=0.0)
+
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _acquire(fd: int, deadline: float) -> None:
+        while True:
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("lock busy") from None
+                time.sleep(LOCK_POLL_S)
+
+    def _release(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _acquire(fd: int, deadline: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("lock busy") from None
+                time.sleep(LOCK_POLL_S)
+
+    def _release(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------------------------------
+# The file
+# --------------------------------------------------------------------------------------------------
 class MemoryFile:
     """A lock-protected, atomically written entry file.
 
@@ -73,9 +255,19 @@ class MemoryFile:
         self.path = Path(path)
         self.limit = limit
         self.state_dir = state_dir or self.path.parent / ".ironmem"
-        self._lock = FileLock(str(self.state_dir / f"{self.path.name}.lock"), timeout=LOCK_TIMEOUT_S)
+        self.lock = HermesLock(self.path)
         self._backed_up: dict[str, Path] = {}
+        self._known_cache: tuple[float, int, tuple[str, ...]] | None = None
         self._clean_at_open()
+
+    @property
+    def lock_path(self) -> Path:
+        return self.lock.path
+
+    @property
+    def known_path(self) -> Path:
+        """Where the entries ironmem last wrote to this file are recorded (to tell hand edits apart)."""
+        return self.state_dir / f"{self.path.name}.known"
 
     # -- reading ------------------------------------------------------------------------------
     def read(self) -> FileState:
@@ -85,68 +277,181 @@ class MemoryFile:
         except FileNotFoundError:
             return FileState((), "")
         except OSError as exc:
-            return FileState((), "", corrupt=f"cannot read {self.path}: {exc.strerror or exc}")
+            return FileState(
+                (), "", corrupt=f"{self.path.name} could not be read ({exc.strerror or exc}); it was not changed"
+            )
         return self._decode(raw)
+
+    def read_bytes_limited(self, limit: int) -> tuple[bytes, int]:
+        """The first ``limit`` bytes of the file and its full size (for ``show`` on huge files)."""
+        try:
+            with open(self.path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                return handle.read(limit), size
+        except FileNotFoundError:
+            return b"", 0
 
     def _decode(self, raw: bytes) -> FileState:
         problem: str | None = None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            problem = f"{self.path.name} is not valid UTF-8 (byte {exc.start})"
+            problem = f"{self.path.name} is not valid UTF-8 (byte {exc.start}), so it could not be read"
             text = ""
         else:
             if "\x00" in text:
-                problem = f"{self.path.name} contains NUL bytes (byte {text.index(chr(0))}); it is not a text file"
+                problem = (
+                    f"{self.path.name} contains NUL bytes (byte {text.index(chr(0))}); it is not a text file, "
+                    "so it could not be read"
+                )
         if problem:
-            return FileState((), "", corrupt=problem, backup=self._backup(raw))
-        return FileState(tuple(parse_entries(text)), text)
+            return FileState((), "", corrupt=problem, backup=self._backup_corrupt(raw))
+        newline = detect_newline(text)
+        text = normalize_newlines(text.removeprefix(_BOM))
+        entries = dedupe(parse_entries(text))
+        return FileState(tuple(entries), text, newline=newline, raw_chars=len(text.strip()))
 
-    def _backup(self, raw: bytes) -> Path:
+    def _backup_corrupt(self, raw: bytes) -> Path:
         """Copy an unparsable file aside once per distinct content, so the user can recover it."""
-        import hashlib
-
         digest = hashlib.sha256(raw).hexdigest()[:12]
         if digest in self._backed_up:
             return self._backed_up[digest]
         backup_dir = self.state_dir / "backups"
-        backup_dir.mkdir(parents=True, exist_ok=True)
         target = backup_dir / f"{self.path.name}.{digest}.corrupt"
-        if not target.exists():
-            tmp = backup_dir / f"{_TMP_PREFIX}{target.name}"
-            tmp.write_bytes(raw)
-            os.replace(tmp, target)
+        try:
+            backup_dir.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                tmp = backup_dir / f"{_TMP_PREFIX}{target.name}"
+                tmp.write_bytes(raw)
+                os.replace(tmp, target)
+        except OSError as exc:
+            log.error("could not back up %s to %s: %s", self.path, target, exc)
         self._backed_up[digest] = target
         return target
+
+    def save_backup(self) -> Path | None:
+        """Save a unique ``<file>.bak.<unix time>[-n]`` copy beside the file (Hermes's drift-guard name).
+
+        One copy per distinct content: the same bytes are not copied twice. Returns None when there is no file.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        digest = "bak:" + hashlib.sha256(raw).hexdigest()
+        known = self._backed_up.get(digest)
+        if known is not None and known.exists():
+            return known
+        stamp = int(time.time())
+        for n in range(1000):
+            candidate = self.path.with_name(f"{self.path.name}.bak.{stamp}" + (f"-{n}" if n else ""))
+            try:
+                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(raw)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._backed_up[digest] = candidate
+            return candidate
+        raise MemoryFileError(f"could not find a free backup name for {self.path}")  # pragma: no cover
+
+    # -- what ironmem last wrote ---------------------------------------------------------------
+    def known_entries(self) -> tuple[str, ...] | None:
+        """The entries ironmem last wrote (or first saw, clean) in this file; None when there is no record."""
+        try:
+            stat = self.known_path.stat()
+        except OSError:
+            return None
+        cached = self._known_cache
+        if cached is not None and cached[0] == stat.st_mtime and cached[1] == stat.st_size:
+            return cached[2]
+        try:
+            data = json.loads(self.known_path.read_text(encoding="utf-8"))
+            entries = tuple(str(e) for e in data["entries"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        self._known_cache = (stat.st_mtime, stat.st_size, entries)
+        return entries
+
+    def record_known(self, entries: Sequence[str]) -> None:
+        """Remember ``entries`` as written by ironmem (best effort: a failure only weakens hand-edit splitting)."""
+        if self.known_entries() == tuple(entries):
+            return
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.known_path.with_name(f"{_TMP_PREFIX}{self.known_path.name}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text(json.dumps({"entries": list(entries)}, ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, self.known_path)
+        except OSError as exc:
+            log.warning("could not record the entries written to %s (%s)", self.path, exc)
+
+    def note_clean(self, state: FileState) -> None:
+        """First contact with a folder: record a clean file as the baseline for spotting later hand edits."""
+        if state.corrupt or self.known_entries() is not None or not self.path.exists():
+            return
+        if any(len(e) > self.limit for e in state.entries):
+            return
+        self.record_known(state.entries)
+
+    def reconcile(self, state: FileState) -> FileState:
+        """Split hand-appended text off known entries; flag unexplained over-limit entries (see module doc)."""
+        if state.corrupt or not state.entries:
+            return state
+        known = self.known_entries()
+        if known is None:
+            suspect = tuple(e for e in state.entries if len(e) > self.limit)
+            return replace(state, suspect=suspect) if suspect else state
+        known_set = set(known)
+        by_length = sorted(known_set, key=len, reverse=True)
+        out: list[str] = []
+        hand: list[str] = []
+        for entry in state.entries:
+            if entry in known_set:
+                out.append(entry)
+                continue
+            split = _split_known(entry, by_length)
+            if split is None:
+                out.append(entry)
+                continue
+            before, known_part, after = split
+            for piece in (before, known_part, after):
+                if piece:
+                    out.append(piece)
+            hand.extend(p for p in (before, after) if p)
+        entries = dedupe(out)
+        suspect = tuple(e for e in entries if len(e) > self.limit and e not in known_set)
+        if not hand and not suspect:
+            return state
+        return replace(state, entries=tuple(entries), hand_edits=tuple(hand), suspect=suspect)
 
     # -- writing ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[FileState]:
-        """Hold the exclusive lock and yield the state re-read from disk under it.
+        """Hold the exclusive lock and yield the state re-read from disk under it (hand edits reconciled).
 
         Raises :class:`MemoryFileError` (saying why) when the lock cannot be taken: the folder is not writable,
-        or another process kept the file locked for ``LOCK_TIMEOUT_S`` seconds.
+        or another process (ironmem or Hermes) kept the file locked for ``LOCK_TIMEOUT_S`` seconds.
         """
-        lock_path = self.state_dir / f"{self.path.name}.lock"
+        stack = contextlib.ExitStack()
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self._lock.acquire(poll_interval=LOCK_POLL_S)
-        except Timeout:
+            stack.enter_context(self.lock.hold(LOCK_TIMEOUT_S))
+        except TimeoutError:
             raise MemoryFileError(
-                f"{self.path.name} is locked by another process (lock file {lock_path}) and stayed locked for "
-                f"{LOCK_TIMEOUT_S:g} s; nothing was written. Retry; if no ironmem process is running, delete the "
-                "lock file"
+                f"{self.path.name} is locked by another process (lock file {self.lock_path}, the same lock Hermes "
+                f"uses) and stayed locked for {LOCK_TIMEOUT_S:g} s; nothing was written. Retry when the other "
+                "writer has finished"
             ) from None
         except OSError as exc:
             raise MemoryFileError(
-                f"cannot lock {self.path} ({exc.strerror or exc}: {exc.filename or lock_path}): the memory folder "
-                "must be writable. Nothing was written; fix the folder's permissions or point ironmem at another home"
+                f"cannot lock {self.path} ({exc.strerror or exc}: {exc.filename or self.lock_path}): the memory "
+                "folder must be writable and the lock file must not be a symlink. Nothing was written; fix the "
+                "folder or point ironmem at another home"
             ) from exc
-        try:
+        with stack:
             self._clean_stray_temp_files()
-            yield self.read()
-        finally:
-            self._lock.release()
+            yield self.reconcile(self.read())
 
     def update(self, change: Callable[[list[str]], list[str]]) -> FileState:
         """Apply ``change`` to the current entries under the lock and write the result atomically.
@@ -160,15 +465,21 @@ class MemoryFile:
                     "ironmem will not overwrite a file it cannot parse."
                 )
             new_entries = change(list(state.entries))
-            if list(new_entries) == list(state.entries):
+            if list(new_entries) == list(state.entries) and not state.hand_edits:
                 return state
-            text = render_entries(list(new_entries))
-            self._write_atomic(text)
-            return FileState(tuple(new_entries), text)
+            return self.write_entries(new_entries, like=state)
 
-    def write_entries(self, entries: list[str]) -> None:
-        """Write ``entries`` atomically. Call only inside :meth:`locked`."""
-        self._write_atomic(render_entries(entries))
+    def write_entries(self, entries: Sequence[str], *, like: FileState | None = None) -> FileState:
+        """Write ``entries`` atomically in the line endings of ``like``. Call only inside :meth:`locked`."""
+        newline = like.newline if like is not None else "\n"
+        if like is not None and (like.hand_edits or like.suspect):
+            self.save_backup()
+        text = render_entries(entries, newline)
+        self._write_atomic(text)
+        # an entry no record explains stays unexplained, so it stays protected from replace/remove
+        suspect = set(like.suspect) if like is not None else set()
+        self.record_known([e for e in entries if e not in suspect])
+        return FileState(tuple(entries), normalize_newlines(text), newline=newline)
 
     def _write_atomic(self, text: str) -> None:
         """Write ``text`` to a temp file in the same folder, fsync it, and rename it over the file.
@@ -212,19 +523,14 @@ class MemoryFile:
                 os.close(dir_fd)
 
     def _clean_at_open(self) -> None:
-        """Remove temp files a killed writer left, if they exist and no writer is busy now (never waits).
-
-        Safe: temp files are only created under the lock, so while we hold it none of them is being written.
-        When the lock is busy, the writer holding it (or the next one) cleans them instead.
-        """
+        """Remove temp files a killed writer left, if they exist and no writer is busy now (never waits)."""
         pattern = f"{_TMP_PREFIX}{self.path.name}.*"
         try:
             if not any(self.path.parent.glob(pattern)):
                 return
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            with self._lock.acquire(blocking=False):
+            with self.lock.try_hold():
                 self._clean_stray_temp_files()
-        except (Timeout, OSError):
+        except (TimeoutError, OSError):
             pass
 
     def _clean_stray_temp_files(self) -> None:
@@ -233,6 +539,18 @@ class MemoryFile:
         for stray in self.path.parent.glob(pattern):
             with contextlib.suppress(OSError):
                 stray.unlink()
+
+
+def _split_known(entry: str, known_by_length: list[str]) -> tuple[str, str, str] | None:
+    """``(before, known, after)`` when ``entry`` is a known entry with text added on lines before or after it."""
+    for known in known_by_length:
+        if not known or len(known) >= len(entry):
+            continue
+        if entry.startswith(known) and entry[len(known)] == "\n":
+            return "", known, entry[len(known) :].strip()
+        if entry.endswith(known) and entry[-len(known) - 1] == "\n":
+            return entry[: -len(known)].strip(), known, ""
+    return None
 
 
 def _read_umask() -> int:

@@ -11,26 +11,35 @@ from typing import Any
 
 from ..errors import OperationError
 from ..provider import ToolSchema
-from .store import ENTRY_DELIMITER, format_usage, render_entries
+from .store import ENTRY_DELIMITER, normalize_newlines
 
-__all__ = ["MEMORY_TOOL", "SEARCH_TOOL", "TARGETS", "Operation", "OperationError", "parse_operations", "apply_operation", "check_limit"]
+__all__ = [
+    "MEMORY_TOOL",
+    "SEARCH_TOOL",
+    "TARGETS",
+    "Operation",
+    "OperationError",
+    "apply_operation",
+    "check_limit",
+    "find_entry",
+    "parse_operations",
+    "preview",
+]
 
 TARGETS = ("memory", "user")
 ACTIONS = ("add", "replace", "remove")
 PREVIEW_CHARS = 80
 
-_OPERATION_PROPERTIES: dict[str, Any] = {
-    "action": {"type": "string", "enum": list(ACTIONS), "description": "add a new entry, replace or remove one."},
-    "target": {
-        "type": "string",
-        "enum": list(TARGETS),
-        "description": "memory = your own notes (MEMORY.md); user = facts about the user (USER.md).",
-    },
-    "content": {"type": "string", "description": "The entry text (add, replace)."},
-    "old_text": {
-        "type": "string",
-        "description": "A substring that identifies exactly one existing entry (replace, remove).",
-    },
+_ACTION = {"type": "string", "enum": list(ACTIONS), "description": "add a new entry, replace or remove one."}
+_TARGET = {
+    "type": "string",
+    "enum": list(TARGETS),
+    "description": "memory = your own notes (MEMORY.md); user = facts about the user (USER.md).",
+}
+_CONTENT = {"type": "string", "description": "The entry text (add, replace): the COMPLETE new entry."}
+_OLD_TEXT = {
+    "type": "string",
+    "description": "REQUIRED for replace and remove: a short substring that identifies exactly one existing entry.",
 }
 
 MEMORY_TOOL = ToolSchema(
@@ -44,17 +53,24 @@ MEMORY_TOOL = ToolSchema(
     parameters={
         "type": "object",
         "properties": {
-            **_OPERATION_PROPERTIES,
+            "action": _ACTION,
+            "target": _TARGET,
+            "content": _CONTENT,
+            "old_text": _OLD_TEXT,
             "operations": {
                 "type": "array",
-                "description": "Several changes applied together; if one fails, none is applied.",
+                "description": (
+                    "Several changes applied together; if one fails, none is applied. An item without a target "
+                    "uses the top-level target."
+                ),
                 "items": {
                     "type": "object",
-                    "properties": _OPERATION_PROPERTIES,
-                    "required": ["action", "target"],
+                    "properties": {"action": _ACTION, "target": _TARGET, "content": _CONTENT, "old_text": _OLD_TEXT},
+                    "required": ["action"],
                 },
             },
         },
+        "required": ["target"],
     },
     provider="builtin",
 )
@@ -85,61 +101,104 @@ class Operation:
     old_text: str = ""
 
 
-def _preview(text: str) -> str:
+def preview(text: str, width: int = PREVIEW_CHARS) -> str:
+    """One line, at most ``width`` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _operation(raw: Any, where: str) -> Operation:
+_preview = preview
+
+
+def _text_field(raw: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        value = raw.get(name)
+        if value is not None and value != "":
+            return value
+    return ""
+
+
+def _operation(raw: Any, where: str, default_target: str, *, single: bool) -> Operation:
     if not isinstance(raw, dict):
-        raise OperationError(f"{where} must be an object with action and target, got {type(raw).__name__}")
+        raise OperationError(f"{where} must be an object with an action, got {type(raw).__name__}")
     action = raw.get("action")
-    target = raw.get("target", "memory")
+    target = raw.get("target")
+    if target is None or target == "":
+        target = default_target
     if action not in ACTIONS:
         raise OperationError(f"{where}: action must be one of {', '.join(ACTIONS)} (got {action!r})")
     if target not in TARGETS:
-        raise OperationError(f"{where}: target must be 'memory' or 'user' (got {target!r})")
-    content = raw.get("content") or ""
+        raise OperationError(f"{where}: invalid target {target!r}; use 'memory' or 'user'")
+    content = _text_field(raw, "content", "new_text")  # new_text: the patch tool's name, accepted like Hermes
     old_text = raw.get("old_text") or ""
     if not isinstance(content, str) or not isinstance(old_text, str):
         raise OperationError(f"{where}: content and old_text must be strings")
     content = content.strip()
-    if action in ("add", "replace") and not content:
-        raise OperationError(f"{where}: '{action}' needs non-empty content")
     if action in ("replace", "remove") and not old_text.strip():
-        raise OperationError(f"{where}: '{action}' needs old_text, a substring of the entry to change")
-    if ENTRY_DELIMITER.strip() in content.splitlines():
+        raise OperationError(
+            f"{where}: '{action}' needs old_text -- a short unique substring of the entry to {action}. None was "
+            f"provided. Reissue the {action} with old_text set to part of one of the current entries",
+            show_entries=target if single else None,
+        )
+    if action in ("add", "replace") and not content:
+        if action == "replace":
+            raise OperationError(f"{where}: content is required for 'replace' (the complete new entry); "
+                                 "use action 'remove' to delete an entry")
+        raise OperationError(f"{where}: content is required for 'add' (the text of the new entry)")
+    if ENTRY_DELIMITER.strip() in normalize_newlines(content).split("\n"):
         raise OperationError(f"{where}: content must not contain a line holding only '§' (the entry separator)")
     return Operation(action, target, content, old_text.strip())
 
 
 def parse_operations(args: dict[str, Any]) -> list[Operation]:
-    """Turn tool arguments into a list of operations (one, or a batch)."""
+    """Turn tool arguments into a list of operations (one, or a batch).
+
+    ``target`` may be omitted or null (it means ``memory``); in a batch, an item without a target uses the
+    top-level one. ``new_text`` is accepted for ``content``.
+    """
     if not isinstance(args, dict):
         raise OperationError("arguments must be a JSON object")
+    default_target = args.get("target")
+    if default_target is None or default_target == "":
+        default_target = "memory"
+    if default_target not in TARGETS:
+        raise OperationError(f"invalid target {default_target!r}; use 'memory' or 'user'")
     batch = args.get("operations")
-    if batch is not None:
-        if not isinstance(batch, list) or not batch:
+    if batch is not None and batch != []:
+        if not isinstance(batch, list):
             raise OperationError("operations must be a non-empty list of {action, target, content, old_text}")
-        return [_operation(item, f"operations[{i}]") for i, item in enumerate(batch)]
-    if "action" not in args:
-        raise OperationError("give an action (add, replace, remove) and a target, or an operations list")
-    return [_operation(args, "memory")]
+        return [_operation(item, f"operation {i + 1}", default_target, single=False) for i, item in enumerate(batch)]
+    if args.get("action") in (None, ""):
+        raise OperationError(
+            "Missing required parameter: give an action (add, replace or remove) with its content/old_text, "
+            "or an operations list of such changes"
+        )
+    return [_operation(args, "memory", default_target, single=True)]
 
 
-def _find_unique(entries: list[str], old_text: str, target: str) -> int:
+def find_entry(entries: list[str], old_text: str, target: str) -> int:
+    """The index of the one entry ``old_text`` names: an entry equal to it wins, else the unique entry holding it."""
+    try:
+        return entries.index(old_text)
+    except ValueError:
+        pass
     matches = [i for i, entry in enumerate(entries) if old_text in entry]
     if not matches:
         raise OperationError(
-            f"no {target} entry contains {old_text!r}",
-            entries=[_preview(e) for e in entries],
+            f"No entry matched {old_text!r} in {target}; nothing was written. Check the current entries and "
+            "retry with a substring of the entry you mean",
+            show_entries=target,
         )
-    if len(matches) > 1:
+    if len({entries[i] for i in matches}) > 1:
         raise OperationError(
-            f"{len(matches)} {target} entries contain {old_text!r}; give a longer old_text that matches only one",
-            matches=[_preview(entries[i]) for i in matches],
+            f"Multiple entries matched {old_text!r} in {target} ({len(matches)}); nothing was written. Be more "
+            "specific: give a longer old_text that matches only one",
+            matches=[preview(entries[i]) for i in matches],
         )
     return matches[0]
+
+
+_find_unique = find_entry
 
 
 def apply_operation(entries: list[str], op: Operation) -> tuple[list[str], bool]:
@@ -150,7 +209,7 @@ def apply_operation(entries: list[str], op: Operation) -> tuple[list[str], bool]
             return out, False
         out.append(op.content)
         return out, True
-    index = _find_unique(out, op.old_text, op.target)
+    index = find_entry(out, op.old_text, op.target)
     if op.action == "remove":
         del out[index]
         return out, True
@@ -164,12 +223,18 @@ def apply_operation(entries: list[str], op: Operation) -> tuple[list[str], bool]
 
 
 def check_limit(new_entries: list[str], current: list[str], limit: int, target: str) -> None:
-    """Refuse a change whose result is over ``limit``; the error lists the current usage and entries."""
-    used = len(render_entries(new_entries))
-    if used > limit:
+    """Refuse a change whose result is over ``limit`` and larger than now.
+
+    A change that shrinks an over-limit file (a remove, a shorter replace) is allowed: it is how a user gets
+    back under the limit (Hermes allows remove there too).
+    """
+    used = len(ENTRY_DELIMITER.join(new_entries))
+    now = len(ENTRY_DELIMITER.join(current))
+    if used > limit and used > now:
         raise OperationError(
-            f"{target} would be {used:,} chars, over its {limit:,}-char limit; nothing was written. "
-            "Remove or shorten entries (replace/remove), then retry",
-            usage=format_usage(len(render_entries(current)), limit),
-            entries=[_preview(e) for e in current],
+            f"{target} would be {used:,} chars, over its {limit:,}-char limit; nothing was written. Consolidate "
+            "now: 'replace' overlapping entries with shorter ones or 'remove' stale ones (see current_entries), "
+            "then retry -- one batch (operations) can do both",
+            show_entries=target,
+            limit=True,
         )

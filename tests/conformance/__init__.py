@@ -1,0 +1,1 @@
+"""Hermes conformance suite."""
