@@ -79,6 +79,9 @@ ENTRY_POINT_GROUP = "ironmem.providers"
 _OWN_PROVIDERS = {
     "mem0": "ironmem.providers.mem0:Mem0Provider",
     "local_vector": "ironmem.providers.local_vector:LocalVectorProvider",
+    # hosted services (issue 19)
+    "honcho": "ironmem.providers.honcho:HonchoProvider",
+    "supermemory": "ironmem.providers.supermemory:SupermemoryProvider",
 }
 
 _MEMORY_SECTION = "memory"
