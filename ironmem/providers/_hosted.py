@@ -290,7 +290,11 @@ def merge_hermes_file(data: Any, *, section: str, known: dict[str, str], host_ke
     (they come from config.yaml or environment variables). For ``honcho.json``, ``hosts.<host_key>`` overrides the
     file's root, as in Hermes. Keys ironmem does not use are listed in ``ignored_keys`` (shown by ``status``).
     """
-    if not isinstance(data, dict) or not data.get("config_file"):
+    if not isinstance(data, dict):
+        return data
+    # The section may use the file's spelling (apiKey) or the setting's (api_key); settle on the setting's.
+    data = {(known.get(k, k) if isinstance(k, str) else k): v for k, v in data.items()}
+    if not data.get("config_file"):
         return data
     raw = read_json_config(data["config_file"], section=section)
     merged = {k: v for k, v in raw.items() if k != "hosts"}
