@@ -202,7 +202,7 @@ def test_429_during_recall_keeps_the_turn_fast_and_says_so(stub: StubServer, tmp
         (Fault(500, {"detail": "boom"}), "HTTP 500"),
         (Fault(200, raw=b"{this is not json"), "does not parse"),
         (Fault(drop=True), "could not connect"),
-        (Fault(delay=3.0), "no answer within 0.5s"),
+        (Fault(None, delay=3.0), "no answer within 0.5s"),
     ],
     ids=["server-error", "malformed-body", "dropped-connection", "timeout"],
 )

@@ -22,7 +22,7 @@ Failures never stop a turn: a bad key (401), rate limiting (429, honouring ``Ret
 timeouts and answers that do not parse are reported to the manager, which shows them in ``status``.
 
 Example:
-    >>> provider = HonchoProvider(api_key="hch-test-key", base_url="http://127.0.0.1:9")  # nothing is sent yet
+    >>> provider = HonchoProvider(api_key="hch-short", base_url="http://127.0.0.1:9")  # nothing is sent yet
     >>> [tool.name for tool in provider.tool_schemas()]
     ['honcho_search', 'honcho_profile', 'honcho_conclude']
     >>> provider.status_info()["config"]["api_key"]

@@ -162,15 +162,27 @@ def _classify(exc: BaseException) -> Failure:
 
     from ._hosted import json_detail
 
+    import supermemory
+
+    timeout_error = getattr(supermemory, "APITimeoutError", None)
+    connection_error = getattr(supermemory, "APIConnectionError", None)
+    validation_error = getattr(supermemory, "APIResponseValidationError", None)
+    if timeout_error is not None and isinstance(exc, timeout_error):
+        return Failure("timeout", detail=str(exc))
+    if connection_error is not None and isinstance(exc, connection_error):
+        return Failure("connection", detail=str(exc))
+    if validation_error is not None and isinstance(exc, validation_error):
+        return Failure("malformed", getattr(exc, "status_code", None), detail=str(exc))
     if isinstance(exc, ParsingError):
         return Failure("malformed", exc.status_code, detail="the answer does not have the documented shape")
-    if isinstance(exc, ApiError):
-        status = exc.status_code or 0
-        detail = json_detail(exc.body)
+    status_error = getattr(supermemory, "APIStatusError", None)
+    if isinstance(exc, ApiError) or (status_error is not None and isinstance(exc, status_error)):
+        status = getattr(exc, "status_code", None) or 0
+        detail = json_detail(getattr(exc, "body", None))
         if status in (401, 403):
             return Failure("auth", status, detail=detail)
         if status == 429:
-            headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+            headers = {k.lower(): v for k, v in (getattr(exc, "headers", None) or {}).items()}
             retry = None
             try:
                 if headers.get("retry-after-ms"):

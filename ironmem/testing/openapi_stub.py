@@ -373,17 +373,20 @@ class StubResponse:
 class Fault:
     """A failure to answer with instead of calling the handler.
 
-    ``status``/``body``/``headers``: answer this (``429`` with ``{"Retry-After": "7"}``, ``401``, ``500``).
+    ``status``/``body``/``headers``: answer this (``429`` with ``{"Retry-After": "7"}``, ``401``, ``500``);
+    ``status=None``: answer what the handler answers (with ``delay``, a slow server).
     ``delay``: wait this many seconds first (longer than the client's timeout makes it time out).
+    ``conform``: False for a deliberately wrong answer (the stub then does not check it against the description).
     ``raw``: send these bytes as the body verbatim (a malformed answer); ``drop``: close the connection unanswered.
     ``operation``: only requests of this operationId (or ``"METHOD /template"``) take the fault; ``times``: how
     many requests take it (``None``: every one until :meth:`StubServer.clear_faults`).
     """
 
-    status: int = 500
+    status: int | None = 500
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    conform: bool = True
     raw: bytes | None = None
     drop: bool = False
     operation: str | None = None
@@ -540,8 +543,11 @@ class StubServer:
             return
         fault = self._take_fault(op)
         if fault is not None:
-            self._answer_fault(http, op, method, path, query, body, fault)
-            return
+            if fault.status is not None or fault.raw is not None or fault.drop:
+                self._answer_fault(http, op, method, path, query, body, fault)
+                return
+            if self._stopping.wait(fault.delay):  # a slow server: wait, then answer normally
+                return
         request = StubRequest(method, path, op, path_params, query, headers, body)
         try:
             response = self.handler(request)
@@ -560,11 +566,10 @@ class StubServer:
     def _answer_fault(self, http: BaseHTTPRequestHandler, op: Operation, method: str, path: str,
                       query: dict[str, list[str]], body: Any, fault: Fault) -> None:
         problems: list[str] = []
-        if fault.raw is None and not fault.drop:
-            documented = self.description.validate_response(op, fault.status, fault.body, has_body=fault.body is not None)
-            # An undocumented error status (many descriptions list only 422) is a legitimate fault to inject.
-            problems = [p for p in documented if "is not documented" not in p]
-        self._record(RecordedExchange(method, path, op.operation_id, body, query, fault.status, problems, fault=True))
+        status = fault.status if fault.status is not None else 200
+        if fault.raw is None and not fault.drop and fault.conform:
+            problems = self.description.validate_response(op, status, fault.body, has_body=fault.body is not None)
+        self._record(RecordedExchange(method, path, op.operation_id, body, query, status, problems, fault=True))
         if fault.delay:
             if self._stopping.wait(fault.delay):
                 return
@@ -576,9 +581,9 @@ class StubServer:
             http.close_connection = True
             return
         if fault.raw is not None:
-            self._send_bytes(http, fault.status, fault.raw, {"Content-Type": "application/json", **fault.headers})
+            self._send_bytes(http, status, fault.raw, {"Content-Type": "application/json", **fault.headers})
             return
-        self._send(http, fault.status, fault.body, fault.headers)
+        self._send(http, status, fault.body, fault.headers)
 
     def _send(self, http: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = b"" if body is None else json.dumps(body).encode("utf-8")
