@@ -23,13 +23,13 @@ import pytest
 
 pytest.importorskip("honcho")
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.core.config import load_config, manager_from_config, provider_class  # noqa: E402
-from ironmem.core.errors import ConfigError  # noqa: E402
-from ironmem.providers.honcho import DEFAULT_HONCHO_TOOLS, HONCHO_TOOLS, HonchoProvider  # noqa: E402
-from ironmem.testing.hosted_fakes import HonchoFake, honcho_stub  # noqa: E402
-from ironmem.testing.openapi_stub import Fault, StubServer  # noqa: E402
-from ironmem.testing.provider_contract import ProviderContract  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.core.config import load_config, manager_from_config, provider_class
+from ironmem.core.errors import ConfigError
+from ironmem.providers.honcho import DEFAULT_HONCHO_TOOLS, HONCHO_TOOLS, HonchoProvider
+from ironmem.testing.hosted_fakes import HonchoFake, honcho_stub
+from ironmem.testing.openapi_stub import Fault, StubServer
+from ironmem.testing.provider_contract import ProviderContract
 
 SPEC = Path(__file__).parent / "data" / "openapi" / "honcho-v3.openapi.json"
 KEY = "hch-test-0123456789abcdef"
@@ -319,7 +319,7 @@ def test_bad_settings_say_what_to_fix(tmp_path: Path) -> None:
 def _status(cfg: Path, *extra: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HONCHO_", "IRONMEM_"))}
     proc = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(cfg), "status", *extra],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
+                          check=False, capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -23,17 +23,17 @@ import pytest
 
 pytest.importorskip("supermemory")
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.core.config import load_config, manager_from_config, provider_class  # noqa: E402
-from ironmem.core.errors import ConfigError  # noqa: E402
-from ironmem.providers.supermemory import (  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.core.config import load_config, manager_from_config, provider_class
+from ironmem.core.errors import ConfigError
+from ironmem.providers.supermemory import (
     DEFAULT_SUPERMEMORY_TOOLS,
     SUPERMEMORY_TOOLS,
     SupermemoryProvider,
 )
-from ironmem.testing.hosted_fakes import SupermemoryFake, supermemory_stub  # noqa: E402
-from ironmem.testing.openapi_stub import Fault, StubResponse, StubServer  # noqa: E402
-from ironmem.testing.provider_contract import ProviderContract  # noqa: E402
+from ironmem.testing.hosted_fakes import SupermemoryFake, supermemory_stub
+from ironmem.testing.openapi_stub import Fault, StubResponse, StubServer
+from ironmem.testing.provider_contract import ProviderContract
 
 SPEC = Path(__file__).parent / "data" / "openapi" / "supermemory-v5.openapi.json"
 KEY = "sm-test-0123456789abcdef"
@@ -288,7 +288,7 @@ def test_cli_status_shows_masked_config_and_live_health(stub: StubServer, tmp_pa
 
     def status(*extra: str) -> tuple[int, str, str]:
         proc = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(cfg), "status", *extra],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
+                              check=False, capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
         return proc.returncode, proc.stdout, proc.stderr
 
     cfg.write_text(f"memory:\n  provider: supermemory\n  home: home\nsupermemory:\n  api_key: {KEY}\n"

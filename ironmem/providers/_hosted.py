@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from ..core.errors import ExternalServiceError
 
-__all__ = ["HostedService", "Failure", "mask_secret", "is_local_url", "clip_text", "read_json_config", "merge_hermes_file"]
+__all__ = ["Failure", "HostedService", "clip_text", "is_local_url", "mask_secret", "merge_hermes_file", "read_json_config"]
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import re
@@ -50,7 +49,7 @@ from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
-__all__ = ["HonchoProvider", "HonchoSettings", "HONCHO_TOOLS", "DEFAULT_HONCHO_TOOLS"]
+__all__ = ["DEFAULT_HONCHO_TOOLS", "HONCHO_TOOLS", "HonchoProvider", "HonchoSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +140,7 @@ class HonchoSettings(BaseModel):
         "hybrid", alias="recallMode", description="hybrid: recall + tools; context: recall only; tools: tools only"
     )
     recall: list[Literal["search", "context"]] = Field(
-        default_factory=lambda: ["search", "context"], description="what prefetch asks Honcho for"
+        default=["search", "context"], description="what prefetch asks Honcho for"
     )
     top_k: int = Field(5, ge=1, le=20, description="messages / conclusions recalled per turn")
     context_tokens: int | None = Field(None, alias="contextTokens", gt=0, description="cap recall at ~4 chars/token")
@@ -462,16 +461,17 @@ class HonchoProvider(MemoryProvider):
                 card = self.profile()
                 return _ok(profile=card, count=len(card))
             if name == "honcho_context":
-                query = args.get("query")
-                if query is not None and not isinstance(query, str):
+                focus = args.get("query")
+                if focus is not None and not isinstance(focus, str):
                     return _err("'query' must be a string (or left out)")
-                return _ok(**self.context(query))
+                return _ok(**self.context(focus))
             if name == "honcho_reasoning":
-                query = args.get("query")
-                if not isinstance(query, str) or not query.strip():
+                question = args.get("query")
+                if not isinstance(question, str) or not question.strip():
                     return _err("'query' is required: the question about the user")
                 peer = self._peer(self._current_user)
-                answer = self.service.call("reasoning", lambda: peer.chat(clip_text(query, 10000)))
+                asked = clip_text(question, 10000)
+                answer = self.service.call("reasoning", lambda: peer.chat(asked))
                 return _ok(answer=answer or "")
             if name == "honcho_conclude":
                 return self._conclude_tool(args)

@@ -47,7 +47,7 @@ from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
-__all__ = ["SupermemoryProvider", "SupermemorySettings", "SUPERMEMORY_TOOLS", "DEFAULT_SUPERMEMORY_TOOLS"]
+__all__ = ["DEFAULT_SUPERMEMORY_TOOLS", "SUPERMEMORY_TOOLS", "SupermemoryProvider", "SupermemorySettings"]
 
 log = logging.getLogger(__name__)
 
@@ -157,12 +157,11 @@ class SupermemorySettings(BaseModel):
 def _classify(exc: BaseException) -> Failure:
     """Map supermemory (Fern) / httpx / parsing exceptions to a :class:`Failure`."""
     import httpx
+    import supermemory
     from supermemory.core.api_error import ApiError
     from supermemory.core.parse_error import ParsingError
 
     from ._hosted import json_detail
-
-    import supermemory
 
     timeout_error = getattr(supermemory, "APITimeoutError", None)
     connection_error = getattr(supermemory, "APIConnectionError", None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,11 @@ from .openapi_stub import OpenAPIDescription, StubRequest, StubResponse, StubSer
 __all__ = ["HonchoFake", "SupermemoryFake", "honcho_stub", "supermemory_stub"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset("a an and are at be do does for from i in is it me my of on or the to was what where who why how "
-                  "with you your".split())
+_STOP = frozenset(["a", "an", "and", "are", "at", "be", "do", "does", "for", "from", "i", "in", "is", "it", "me", "my", "of", "on", "or", "the", "to", "was", "what", "where", "who", "why", "how", "with", "you", "your"])
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def _words(text: str) -> set[str]:
@@ -154,7 +153,7 @@ class HonchoFake:
 
     def _context(self, req: StubRequest, p: dict[str, str], body: dict[str, Any]) -> StubResponse:
         target = (req.query.get("target") or [p["peer_id"]])[-1]
-        query = (req.query.get("search_query") or [None])[-1]
+        query = req.query["search_query"][-1] if req.query.get("search_query") else None
         top_k = int((req.query.get("search_top_k") or ["10"])[-1])
         facts = self._about(p["workspace_id"], target, query, top_k)
         representation = "\n".join(f"- {c['content']}" for c in facts) or None

@@ -47,12 +47,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = [
+    "Fault",
     "OpenAPIDescription",
     "Operation",
+    "RecordedExchange",
     "StubRequest",
     "StubResponse",
-    "Fault",
-    "RecordedExchange",
     "StubServer",
 ]
 
@@ -131,7 +131,7 @@ class OpenAPIDescription:
                     parameters=params,
                     request_body=body,
                     responses=dict(op.get("responses") or {}),
-                    secured=bool(security) and any(bool(s) for s in security),
+                    secured=any(bool(s) for s in (security or [])),
                 ))
         self._matchers = [(self._compile(op.template), op) for op in self.operations]
 
@@ -201,7 +201,7 @@ class OpenAPIDescription:
         problems: list[str] = []
         declared_query = set()
         for index, param in enumerate(op.parameters):
-            name, where = param.get("name"), param.get("in")
+            name, where = str(param.get("name")), param.get("in")
             ptr = self._param_pointer(op, param, index)
             if where == "path":
                 if name not in path_params:
@@ -436,8 +436,8 @@ class StubServer:
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("the stub server is not running; call start() or use it as a context manager")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._server.server_address[1]
+        return f"http://{self.host}:{port}"
 
     def start(self) -> StubServer:
         if self._server is not None:
@@ -447,7 +447,7 @@ class StubServer:
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("stub %s: " + format, stub.host, *args)
 
             def _serve(self) -> None:
@@ -570,9 +570,8 @@ class StubServer:
         if fault.raw is None and not fault.drop and fault.conform:
             problems = self.description.validate_response(op, status, fault.body, has_body=fault.body is not None)
         self._record(RecordedExchange(method, path, op.operation_id, body, query, status, problems, fault=True))
-        if fault.delay:
-            if self._stopping.wait(fault.delay):
-                return
+        if fault.delay and self._stopping.wait(fault.delay):
+            return
         if fault.drop:
             try:
                 http.connection.shutdown(socket.SHUT_RDWR)
