@@ -364,3 +364,23 @@ def test_live_honcho_round_trip(tmp_path: Path) -> None:
         time.sleep(3)
     assert any(f"Bluefin{run}" in h["content"] for h in hits)
     provider.shutdown()
+
+
+def test_long_messages_odd_ids_and_removed_notes(stub: StubServer, tmp_path: Path) -> None:
+    provider = make(stub)
+    with _manager(tmp_path, provider) as manager:
+        session = manager.start_session("thread/42 ü", user_id="zoë@example.com")
+        long_text = "word " * 12_000  # 60,000 chars: Honcho takes at most 25,000 per message
+        session.sync_turn(long_text, "short answer")
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Zoë keeps bees"})
+        assert manager.drain(10)
+        assert any("Zoë keeps bees" == c["content"] for c in fake(stub).conclusions.values())
+        session.handle_tool_call("memory", {"action": "remove", "target": "user", "old_text": "keeps bees"})
+        assert manager.drain(10)
+        assert not any("bees" in c["content"] for c in fake(stub).conclusions.values())
+        session.end()
+        assert manager.health("honcho").state == "active", manager.health("honcho").reason
+    chunks = [m["content"] for m in fake(stub).messages if m["content"].startswith("word")]
+    assert [len(c) for c in chunks] == [25000, 25000, 9999]  # split, nothing lost (the text is stripped)
+    peers = {m["peer_id"] for m in fake(stub).messages}
+    assert len(peers) == 2 and all(p.replace("_", "").replace("-", "").isalnum() for p in peers)

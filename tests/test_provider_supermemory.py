@@ -320,3 +320,16 @@ def test_live_supermemory_round_trip(tmp_path: Path) -> None:
         time.sleep(3)
     assert hits, "the stored document was not searchable within a minute"
     provider.shutdown()
+
+
+def test_removed_builtin_notes_are_forgotten(stub: StubServer, tmp_path: Path) -> None:
+    with _manager(tmp_path, make(stub)) as manager:
+        session = manager.start_session("s-rm", user_id="zoe")
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Zoe keeps bees"})
+        assert manager.drain(10)
+        assert json.loads(session.handle_tool_call("supermemory_search", {"query": "bees"}))["count"] == 1
+        session.handle_tool_call("memory", {"action": "remove", "target": "user", "old_text": "keeps bees"})
+        assert manager.drain(10)
+        assert json.loads(session.handle_tool_call("supermemory_search", {"query": "bees"}))["count"] == 0
+        session.end()
+        assert manager.health("supermemory").state == "active", manager.health("supermemory").reason

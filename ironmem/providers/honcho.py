@@ -434,10 +434,25 @@ class HonchoProvider(MemoryProvider):
         self.service.write("sync_turn", send)
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
-        if not self.settings.mirror_builtin or action not in ("add", "replace") or not (content or "").strip():
+        if not self.settings.mirror_builtin or not (content or "").strip():
             return
         about = self._current_user if target == "user" else self._ai
-        self.service.write("mirror note", lambda: self.conclude(content, about=about))
+        if action in ("add", "replace"):
+            self.service.write("mirror note", lambda: self.conclude(content, about=about))
+        elif action == "remove":
+            self.service.write("unmirror note", lambda: self._forget_conclusion(content, about=about))
+
+    def _forget_conclusion(self, content: str, *, about: str) -> int:
+        """Delete the AI peer's conclusions about ``about`` whose text is exactly ``content`` (a removed note)."""
+        text = content.strip()
+        view = self._peer(self._ai).conclusions_of(about)
+        found = self.service.call("query conclusions", lambda: view.query(clip_text(text, _MAX_QUERY_CHARS), top_k=20))
+        removed = 0
+        for conclusion in found:
+            if (conclusion.content or "").strip() == text:
+                self.service.call("delete conclusion", lambda cid=conclusion.id: view.delete(cid))
+                removed += 1
+        return removed
 
     def on_session_end(self, session_id: str) -> None:
         try:

@@ -425,11 +425,22 @@ class SupermemoryProvider(MemoryProvider):
             content, namespace=ns, doc_id=doc, metadata={"type": "conversation", "session_id": session_id}))
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
-        if not self.settings.mirror_builtin or action not in ("add", "replace") or not (content or "").strip():
+        if not self.settings.mirror_builtin or not (content or "").strip():
             return
         ns = self._ns()
-        self.service.write("mirror note", lambda: self.store(
-            content, namespace=ns, metadata={"type": "explicit_memory", "target": target}))
+        if action in ("add", "replace"):
+            self.service.write("mirror note", lambda: self.store(
+                content, namespace=ns, metadata={"type": "explicit_memory", "target": target}))
+        elif action == "remove":
+            self.service.write("unmirror note", lambda: self._forget_text(content, namespace=ns))
+
+    def _forget_text(self, content: str, *, namespace: str) -> int:
+        """Forget the memories whose text is exactly ``content`` (a note removed from the built-in memory)."""
+        text = content.strip()
+        ids = [h["id"] for h in self.search(text, namespace=namespace, limit=20) if h["memory"].strip() == text and h["id"]]
+        if ids:
+            self.forget(ids, namespace=namespace)
+        return len(ids)
 
     def on_session_end(self, session_id: str) -> None:
         try:

@@ -178,7 +178,9 @@ class HonchoFake:
         return StubResponse(201, out)
 
     def _query_conclusions(self, req: StubRequest, p: dict[str, str], body: dict[str, Any]) -> StubResponse:
+        filters = body.get("filters") or {}
         items = [c for c in self.conclusions.values() if c["_ws"] == p["workspace_id"]
+                 and all(c.get(k) == v for k, v in filters.items() if k in ("observer_id", "observed_id", "level"))
                  and _score(body["query"], c["content"]) > 0]
         return StubResponse(200, [self._public(c) for c in items[: body.get("top_k", 10)]])
 
