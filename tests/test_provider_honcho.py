@@ -384,3 +384,26 @@ def test_long_messages_odd_ids_and_removed_notes(stub: StubServer, tmp_path: Pat
     assert [len(c) for c in chunks] == [25000, 25000, 9999]  # split, nothing lost (the text is stripped)
     peers = {m["peer_id"] for m in fake(stub).messages}
     assert len(peers) == 2 and all(p.replace("_", "").replace("-", "").isalnum() for p in peers)
+
+
+def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: StubServer, tmp_path: Path) -> None:
+    add_messages = "create_messages_for_session_v3_workspaces__workspace_id__sessions__session_id__messages_post"
+    with _manager(tmp_path, make(stub)) as manager:
+        session = manager.start_session("run-1", user_id="fay")
+        stub.inject(Fault(429, {"detail": "slow down"}, {"Retry-After": "60"}, operation=add_messages, times=None))
+        session.sync_turn("I am allergic to peanuts", "Noted.")
+        session.sync_turn("I live in Oslo", "Noted.")
+        session.end()
+        assert _entry(manager)["service"]["pending_writes"] == 2
+    saved = list((tmp_path / "home" / "honcho").glob("unsent-*.jsonl"))
+    assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
+    stub.clear_faults()
+    with _manager(tmp_path, make(stub)) as manager:  # a new process on the same home
+        session = manager.start_session("run-2", user_id="fay")
+        session.sync_turn("I take the train to work", "Noted.")
+        session.end()
+        assert manager.health("honcho").state == "active"
+    assert not list((tmp_path / "home" / "honcho").glob("*.jsonl"))
+    said = [m["content"] for m in fake(stub).messages if m["peer_id"] == "fay"]
+    assert said == ["I am allergic to peanuts", "I live in Oslo", "I take the train to work"]
+    assert [m["session_id"] for m in fake(stub).messages if m["peer_id"] == "fay"] == ["run-1", "run-1", "run-2"]

@@ -333,3 +333,22 @@ def test_removed_builtin_notes_are_forgotten(stub: StubServer, tmp_path: Path) -
         assert json.loads(session.handle_tool_call("supermemory_search", {"query": "bees"}))["count"] == 0
         session.end()
         assert manager.health("supermemory").state == "active", manager.health("supermemory").reason
+
+
+def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: StubServer, tmp_path: Path) -> None:
+    with _manager(tmp_path, make(stub)) as manager:
+        session = manager.start_session("run-1", user_id="fay")
+        stub.inject(Fault(503, {"error": "maintenance"}, operation=ADD, times=None))
+        session.sync_turn("I am allergic to peanuts", "Noted.")
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Fay lives in Oslo"})
+        session.end()
+    saved = list((tmp_path / "home" / "supermemory").glob("unsent-*.jsonl"))
+    assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
+    stub.clear_faults()
+    with _manager(tmp_path, make(stub)) as manager:
+        session = manager.start_session("run-2", user_id="fay")
+        session.end()  # sends the saved writes even without a new one
+        assert manager.health("supermemory").state == "active"
+    assert not list((tmp_path / "home" / "supermemory").glob("*.jsonl"))
+    memories = [m["memory"] for m in fake(stub).memories.values() if m["ns"] == "ironmem_fay"]
+    assert memories == ["I am allergic to peanuts", "Noted.", "Fay lives in Oslo"]

@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,7 @@ class _Pending:
     label: str
     send: Callable[[], Any]
     queued_at: float
+    record: dict[str, Any] | None = None  # the write as data, so it can be saved and replayed after a restart
 
 
 class HostedService:
@@ -187,16 +189,89 @@ class HostedService:
         return result
 
     # -- ordered writes --------------------------------------------------------------------------
-    def write(self, label: str, send: Callable[[], Any]) -> None:
-        """Queue one write and send every queued write in order; raises if any stays queued."""
+    def write(self, label: str, send: Callable[[], Any], record: dict[str, Any] | None = None) -> None:
+        """Queue one write and send every queued write in order; raises if any stays queued.
+
+        ``record`` is the write as JSON data; with it, a write still queued at shutdown is saved by
+        :meth:`save_unsent` and sent again by the next process (:meth:`claim_unsent`).
+        """
         with self._write_lock:
-            if len(self._pending) >= self.max_pending:
-                dropped = self._pending.popleft()
-                self.dropped_writes += 1
-                log.error("%s: write queue full (%d); dropped the oldest queued write (%s)",
-                          self.label, self.max_pending, dropped.label)
-            self._pending.append(_Pending(label, send, time.time()))
+            self._enqueue(_Pending(label, send, time.time(), record))
             self._flush_locked()
+
+    def _enqueue(self, item: _Pending, *, front: bool = False) -> None:
+        if len(self._pending) >= self.max_pending:
+            dropped = self._pending.popleft()
+            self.dropped_writes += 1
+            log.error("%s: write queue full (%d); dropped the oldest queued write (%s)",
+                      self.label, self.max_pending, dropped.label)
+        if front:
+            self._pending.appendleft(item)
+        else:
+            self._pending.append(item)
+
+    # -- writes that outlive the process ---------------------------------------------------------
+    def save_unsent(self, folder: Path) -> Path | None:
+        """Save queued writes (those with a record) to ``folder/unsent-*.jsonl``; returns the file, if any.
+
+        Called at shutdown. Writes without a record cannot be saved and are counted as dropped.
+        """
+        with self._write_lock:
+            items, self._pending = list(self._pending), collections.deque()
+        records = [i.record for i in items if i.record is not None]
+        lost = len(items) - len(records)
+        if lost:
+            self.dropped_writes += lost
+            log.error("%s: %d queued write(s) could not be saved for a retry", self.label, lost)
+        if not records:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"unsent-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        log.warning("%s: %d write(s) could not be sent; saved to %s and sent by the next session",
+                    self.label, len(records), path)
+        return path
+
+    def claim_unsent(self, folder: Path, replay: Callable[[dict[str, Any]], Callable[[], Any]]) -> int:
+        """Queue the writes an earlier process saved in ``folder`` (each file is claimed by one process only).
+
+        They go to the front of the queue, oldest file first, and are sent with the next write or flush.
+        """
+        if not folder.is_dir():
+            return 0
+        claimed: list[dict[str, Any]] = []
+        for path in sorted(folder.glob("unsent-*.jsonl")):
+            mine = path.with_name(f"claimed-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
+            try:
+                os.rename(path, mine)  # atomic: if another process got there first, this fails
+            except OSError:
+                continue
+            try:
+                lines = mine.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                log.error("%s: cannot read saved writes %s: %s", self.label, mine, exc)
+                continue
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    log.error("%s: skipped a damaged line in %s", self.label, mine)
+                    continue
+                if isinstance(record, dict):
+                    claimed.append(record)
+            mine.unlink(missing_ok=True)
+        with self._write_lock:
+            for record in reversed(claimed):
+                self._enqueue(_Pending(str(record.get("op", "saved write")), replay(record), time.time(), record),
+                              front=True)
+        if claimed:
+            log.info("%s: %d saved write(s) from an earlier run queued for sending", self.label, len(claimed))
+        return len(claimed)
 
     def flush(self) -> None:
         """Send queued writes in order; raises :class:`ExternalServiceError` if some stay queued."""

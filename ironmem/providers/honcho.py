@@ -246,6 +246,7 @@ class HonchoProvider(MemoryProvider):
         self._sessions: dict[str, Any] = {}
         self._users: dict[str, str] = {}
         self._current_user = safe_id(settings.peer_name, what="peer_name")
+        self._unsent_dir: Path | None = None
         self.service = HostedService(
             "Honcho", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=settings.timeout,
             max_pending=settings.max_pending_writes,
@@ -292,6 +293,11 @@ class HonchoProvider(MemoryProvider):
         with self._lock:
             self._users[session_id] = user
             self._current_user = user
+            first = self._unsent_dir is None and bool(ctx.get("home"))
+            if first:
+                self._unsent_dir = Path(str(ctx["home"])) / "honcho"
+        if first and self._unsent_dir is not None:
+            self.service.claim_unsent(self._unsent_dir, self._replay)
 
     def tool_schemas(self) -> list[ToolSchema]:
         if self.settings.recall_mode == "context":
@@ -419,28 +425,40 @@ class HonchoProvider(MemoryProvider):
         if not self.settings.save_messages:
             return
         user_peer, ai_peer = self._user(session_id), self._ai
-        parts = [(user_peer, c) for c in self._chunks(user)] + [(ai_peer, c) for c in self._chunks(assistant)]
+        parts = [[user_peer, c] for c in self._chunks(user)] + [[ai_peer, c] for c in self._chunks(assistant)]
         if not parts:
             return
+        record = {"op": "sync_turn", "session_id": session_id, "parts": parts}
+        self.service.write("sync_turn", self._replay(record), record)
 
-        def send() -> None:
-            from honcho.api_types import MessageCreateParams
+    def _send_messages(self, session_id: str, parts: list[list[str]]) -> None:
+        from honcho.api_types import MessageCreateParams
 
-            session = self._session(session_id)
-            messages = [MessageCreateParams(peer_id=peer, content=content) for peer, content in parts]
-            for start in range(0, len(messages), 100):  # the API takes at most 100 messages per request
-                session.add_messages(messages[start:start + 100])
+        session = self._session(session_id)
+        messages = [MessageCreateParams(peer_id=peer, content=content) for peer, content in parts]
+        for start in range(0, len(messages), 100):  # the API takes at most 100 messages per request
+            session.add_messages(messages[start:start + 100])
 
-        self.service.write("sync_turn", send)
+    def _replay(self, record: dict[str, Any]) -> Any:
+        """The send function of a write kept as data (queued, or saved by an earlier run)."""
+        op = record.get("op")
+        if op == "sync_turn":
+            return lambda: self._send_messages(str(record["session_id"]), list(record["parts"]))
+        if op == "conclude":
+            return lambda: self.conclude(str(record["content"]), about=str(record["about"]))
+        if op == "unconclude":
+            return lambda: self._forget_conclusion(str(record["content"]), about=str(record["about"]))
+        log.error("honcho: skipped a saved write of unknown kind %r", op)
+        return lambda: None
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
         if not self.settings.mirror_builtin or not (content or "").strip():
             return
         about = self._current_user if target == "user" else self._ai
-        if action in ("add", "replace"):
-            self.service.write("mirror note", lambda: self.conclude(content, about=about))
-        elif action == "remove":
-            self.service.write("unmirror note", lambda: self._forget_conclusion(content, about=about))
+        op = {"add": "conclude", "replace": "conclude", "remove": "unconclude"}.get(action)
+        if op is not None:
+            record = {"op": op, "content": content, "about": about}
+            self.service.write(f"{op} note", self._replay(record), record)
 
     def _forget_conclusion(self, content: str, *, about: str) -> int:
         """Delete the AI peer's conclusions about ``about`` whose text is exactly ``content`` (a removed note)."""
@@ -531,6 +549,12 @@ class HonchoProvider(MemoryProvider):
         return {"config": config, "service": self.service.snapshot()}
 
     def shutdown(self) -> None:
+        if self.service.pending_writes:
+            try:
+                self.service.flush()
+            except ExternalServiceError:
+                if self._unsent_dir is not None:
+                    self.service.save_unsent(self._unsent_dir)
         with self._lock:
             http, self._http, self._client = self._http, None, None
             self._peers.clear()

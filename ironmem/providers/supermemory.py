@@ -249,6 +249,7 @@ class SupermemoryProvider(MemoryProvider):
         self._users: dict[str, str] = {}
         self._turns: dict[str, int] = {}
         self._current_user = "default"
+        self._unsent_dir: Path | None = None
         self.service = HostedService(
             "Supermemory", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=settings.api_timeout,
             max_pending=settings.max_pending_writes,
@@ -302,6 +303,11 @@ class SupermemoryProvider(MemoryProvider):
             self._users[session_id] = user
             self._current_user = user
             self._turns.setdefault(session_id, 0)
+            first = self._unsent_dir is None and bool(ctx.get("home"))
+            if first:
+                self._unsent_dir = Path(str(ctx["home"])) / "supermemory"
+        if first and self._unsent_dir is not None:
+            self.service.claim_unsent(self._unsent_dir, self._replay)
 
     def tool_schemas(self) -> list[ToolSchema]:
         return [SUPERMEMORY_TOOLS[name] for name in self.settings.tools]
@@ -419,20 +425,33 @@ class SupermemoryProvider(MemoryProvider):
                  if (text or "").strip()]
         if not lines:
             return
-        ns, doc = self._ns(session_id), self._doc_id(session_id)
-        content = "\n".join(lines)
-        self.service.write("sync_turn", lambda: self.store(
-            content, namespace=ns, doc_id=doc, metadata={"type": "conversation", "session_id": session_id}))
+        record = {"op": "store", "content": "\n".join(lines), "namespace": self._ns(session_id),
+                  "doc_id": self._doc_id(session_id), "metadata": {"type": "conversation", "session_id": session_id}}
+        self.service.write("sync_turn", self._replay(record), record)
+
+    def _replay(self, record: dict[str, Any]) -> Any:
+        """The send function of a write kept as data (queued, or saved by an earlier run)."""
+        op = record.get("op")
+        if op == "store":
+            return lambda: self.store(str(record["content"]), namespace=str(record["namespace"]),
+                                      doc_id=record.get("doc_id"), metadata=dict(record.get("metadata") or {}))
+        if op == "forget_text":
+            return lambda: self._forget_text(str(record["content"]), namespace=str(record["namespace"]))
+        log.error("supermemory: skipped a saved write of unknown kind %r", op)
+        return lambda: None
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
         if not self.settings.mirror_builtin or not (content or "").strip():
             return
         ns = self._ns()
         if action in ("add", "replace"):
-            self.service.write("mirror note", lambda: self.store(
-                content, namespace=ns, metadata={"type": "explicit_memory", "target": target}))
+            record: dict[str, Any] = {"op": "store", "content": content, "namespace": ns, "doc_id": None,
+                                      "metadata": {"type": "explicit_memory", "target": target}}
         elif action == "remove":
-            self.service.write("unmirror note", lambda: self._forget_text(content, namespace=ns))
+            record = {"op": "forget_text", "content": content, "namespace": ns}
+        else:
+            return
+        self.service.write(f"{record['op']} note", self._replay(record), record)
 
     def _forget_text(self, content: str, *, namespace: str) -> int:
         """Forget the memories whose text is exactly ``content`` (a note removed from the built-in memory)."""
@@ -519,6 +538,12 @@ class SupermemoryProvider(MemoryProvider):
         return {"config": config, "service": self.service.snapshot()}
 
     def shutdown(self) -> None:
+        if self.service.pending_writes:
+            try:
+                self.service.flush()
+            except ExternalServiceError:
+                if self._unsent_dir is not None:
+                    self.service.save_unsent(self._unsent_dir)
         with self._lock:
             http, self._http, self._client = self._http, None, None
         if http is not None:
