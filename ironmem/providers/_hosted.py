@@ -8,7 +8,9 @@ what went wrong, backs off when rate limited, and keeps writes that failed until
 - HTTP 429: the service is not called again before its ``Retry-After`` has passed (capped by ``max_backoff``);
   calls fail fast in the meantime instead of piling up behind a sleeping SDK retry.
 - Writes (turns, mirrored notes) go through :meth:`HostedService.write`: queued in order, sent in order; one that
-  fails stays queued (bounded by ``max_pending``) and is sent before the next write or at session end.
+  fails stays queued (bounded by ``max_pending``) and is sent before the next write or at session end. Writes
+  still queued at shutdown are saved as JSON lines (:meth:`HostedService.save_unsent`) and queued again by the
+  next process that opens the same memory home (:meth:`HostedService.claim_unsent`).
 - :meth:`HostedService.snapshot` is the service half of the provider's ``status_info()``.
 """
 
