@@ -468,7 +468,8 @@ class HonchoProvider(MemoryProvider):
         removed = 0
         for conclusion in found:
             if (conclusion.content or "").strip() == text:
-                self.service.call("delete conclusion", lambda cid=conclusion.id: view.delete(cid))
+                cid = str(conclusion.id)
+                self.service.call("delete conclusion", lambda: view.delete(cid))  # noqa: B023 - called at once
                 removed += 1
         return removed
 
