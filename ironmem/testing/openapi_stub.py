@@ -90,10 +90,14 @@ class OpenAPIDescription:
     """
 
     def __init__(self, source: str | Path | dict[str, Any]) -> None:
-        from jsonschema.validators import validator_for  # noqa: F401 - fail early if jsonschema is missing
-        from openapi_schema_validator import OAS31Validator
-        from referencing import Registry, Resource
-        from referencing.jsonschema import DRAFT202012
+        try:
+            from openapi_schema_validator import OAS31Validator
+            from referencing import Registry, Resource
+            from referencing.jsonschema import DRAFT202012
+        except ImportError as exc:
+            raise ImportError(
+                f"the OpenAPI stub needs openapi-schema-validator and jsonschema ({exc}): pip install 'ironmem[dev]'"
+            ) from exc
 
         if isinstance(source, dict):
             self.document = source
