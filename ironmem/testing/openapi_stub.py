@@ -193,7 +193,10 @@ class OpenAPIDescription:
         problems = []
         for error in sorted(self._validator(pointer).iter_errors(value), key=lambda e: list(e.absolute_path)):
             loc = "".join(f"[{p!r}]" for p in error.absolute_path)
-            problems.append(f"{where}{loc}: {error.message[:300]}")
+            text = error.message  # starts with the (possibly huge) instance; keep both ends
+            if len(text) > 300:
+                text = f"{text[:120]} ... {text[-150:]}"
+            problems.append(f"{where}{loc}: {text} ({error.validator})")
         return problems
 
     # -- validation ------------------------------------------------------------------------------
