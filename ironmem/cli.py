@@ -262,10 +262,15 @@ def status(
     home: str | None = _HOME_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     user: str | None = typer.Option(None, "--user", "-u", help="Show this user id's files (users/<folder>/)."),
+    probe: bool = typer.Option(
+        True, "--probe/--no-probe", help="Let the external provider contact its service first (one request)."
+    ),
 ) -> None:
-    """Providers (active or degraded), usage of MEMORY.md and USER.md, and the snapshot hash."""
+    """Providers (active or degraded), their configuration, usage of MEMORY.md and USER.md, the snapshot hash."""
     opts = _opts(ctx, home)
     with _manager(opts) as manager:
+        if probe:
+            manager.check_external()
         info = manager.status(user)
         problems = _corrupt_files(manager)
     if as_json:
@@ -282,6 +287,18 @@ def status(
                 p["name"], p["kind"], state, ", ".join(p.get("tools", [])), Text(p.get("reason", ""))
             )
         console.print(providers)
+        for p in info["providers"]:  # a provider's own report: configuration (secrets masked), service state
+            details = {**{f"config.{k}": v for k, v in (p.get("config") or {}).items()},
+                       **{f"service.{k}": v for k, v in (p.get("service") or {}).items()}}
+            if not details:
+                continue
+            table = Table(title=f"{p['name']}", title_justify="left")
+            table.add_column("setting")
+            table.add_column("value")
+            for key, value in details.items():
+                shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+                table.add_row(key, Text(shown))
+            console.print(table)
         files = Table(title="files", title_justify="left")
         for column in ("file", "entries", "usage", "path"):
             files.add_column(column)

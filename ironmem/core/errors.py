@@ -71,3 +71,18 @@ class ArgumentTypeError(IronMemError, TypeError):
 
 class ClosedError(IronMemError, RuntimeError):
     """An object was used after ``close()``; create a new one."""
+
+
+class ExternalServiceError(IronMemError):
+    """A hosted memory service failed: bad key, rate limit, server error, timeout or an answer that does not parse.
+
+    ``kind`` is one of ``auth``, ``rate_limited``, ``server``, ``timeout``, ``connection``, ``malformed``,
+    ``client``, ``error``; ``retry_after`` is the wait in seconds the service asked for (429), if any.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error", status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after

@@ -336,6 +336,12 @@ class MemoryManager:
         for provider in self.providers:
             entry = self._health[provider.name].to_dict()
             entry["tools"] = [s.name for s in self.tool_schemas() if s.provider == provider.name]
+            describe = getattr(provider, "status_info", None)  # optional: {"config": ..., "service": ...}
+            if callable(describe):
+                try:
+                    entry.update({k: v for k, v in describe().items() if k not in entry})
+                except Exception as exc:  # status must work even when a provider's report does not
+                    entry["status_info_error"] = f"{type(exc).__name__}: {exc}"
             providers.append(entry)
         return {
             "home": str(self.home),
@@ -348,6 +354,19 @@ class MemoryManager:
 
     def health(self, name: str) -> ProviderHealth:
         return self._health[name]
+
+    def check_external(self) -> ProviderHealth | None:
+        """Let the external provider contact its backend now (its optional ``probe()``) and record the outcome.
+
+        Returns the provider's health (None without an external provider). Used by ``ironmem status``.
+        """
+        external, guard = self.external, self._guard
+        if external is None or guard is None:
+            return None
+        probe = getattr(external, "probe", None)
+        if callable(probe):
+            guard.call("probe", probe, None, timeout=self.tool_timeout)
+        return self._health[external.name]
 
     # -- lifecycle ------------------------------------------------------------------------------
     def drain(self, timeout: float | None = None) -> bool:

@@ -5,6 +5,10 @@ The framework-specific helpers load on first use, so ``import ironmem.testing`` 
 
 - ``ScriptedChatModel`` (LangChain, from :mod:`ironmem.testing.langchain`)
 - ``ScriptedFunctionCallingLLM`` (LlamaIndex, from :mod:`ironmem.testing.llama_index`)
+
+Hosted services offline: ``StubServer`` answers an SDK's real HTTP requests on loopback and validates them (and its
+answers) against the service's OpenAPI description (:mod:`ironmem.testing.openapi_stub`); ``HonchoFake`` and
+``SupermemoryFake`` are in-memory services to serve (:mod:`ironmem.testing.hosted_fakes`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ _LAZY = {
     "SlowSyncProvider": "faulty",
     "HashingEmbedder": "embeddings",
     "HashingEmbeddings": "embeddings",
+    "OpenAPIDescription": "openapi_stub",
+    "StubServer": "openapi_stub",
+    "StubResponse": "openapi_stub",
+    "Fault": "openapi_stub",
+    "HonchoFake": "hosted_fakes",
+    "SupermemoryFake": "hosted_fakes",
 }
 
 __all__ = sorted([*_LAZY, "ScriptExhaustedError"])

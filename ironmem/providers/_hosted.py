@@ -1,0 +1,397 @@
+"""What the hosted-service providers (Honcho, Supermemory) share: one place that calls the service, says plainly
+what went wrong, backs off when rate limited, and keeps writes that failed until they can be sent.
+
+- Every call goes through :meth:`HostedService.call`. A failure becomes an
+  :class:`~ironmem.core.errors.ExternalServiceError` whose message names the service, the HTTP status and what
+  to do ("check HONCHO_API_KEY"). Hooks let it propagate: the manager's guard records it, the turn goes on, and
+  ``status`` shows the reason.
+- HTTP 429: the service is not called again before its ``Retry-After`` has passed (capped by ``max_backoff``);
+  calls fail fast in the meantime instead of piling up behind a sleeping SDK retry.
+- Writes (turns, mirrored notes) go through :meth:`HostedService.write`: queued in order, sent in order; one that
+  fails stays queued (bounded by ``max_pending``) and is sent before the next write or at session end. Writes
+  still queued at shutdown are saved as JSON lines (:meth:`HostedService.save_unsent`) and queued again by the
+  next process that opens the same memory home (:meth:`HostedService.claim_unsent`).
+- :meth:`HostedService.snapshot` is the service half of the provider's ``status_info()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..core.errors import ExternalServiceError
+
+__all__ = ["Failure", "HostedService", "clip_text", "is_local_url", "mask_secret", "merge_hermes_file", "read_json_config"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: What a turn's recall may wait for when the service asked us to come back later (429 without Retry-After).
+DEFAULT_RATE_LIMIT_PAUSE = 30.0
+
+
+def mask_secret(value: str | None) -> str:
+    """``"sk-...1234"`` -> ``"****1234"``; short or empty secrets show no characters at all."""
+    if not value:
+        return "(not set)"
+    return "****" + value[-4:] if len(value) >= 12 else "****"
+
+
+def is_local_url(url: str | None) -> bool:
+    """True for ``localhost`` and loopback addresses (a self-hosted server that may need no key)."""
+    if not url:
+        return False
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost",) or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def clip_text(text: str, limit: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure: ``kind``, the HTTP status if any, the wait the service asked for, a short detail."""
+
+    kind: str
+    status: int | None = None
+    retry_after: float | None = None
+    detail: str = ""
+
+
+_ADVICE = {
+    "auth": "the service refused the API key: check {key_env} (or the api_key setting)",
+    "rate_limited": "rate limited by the service",
+    "server": "the service had an internal error; it is retried later",
+    "timeout": "no answer within {timeout:g}s (setting: timeout)",
+    "connection": "could not connect to {url}: check base_url and the network",
+    "malformed": "the service sent an answer that does not parse (not the documented format)",
+    "client": "the service rejected the request",
+    "error": "unexpected error",
+}
+
+
+@dataclass
+class _Pending:
+    label: str
+    send: Callable[[], Any]
+    queued_at: float
+    record: dict[str, Any] | None = None  # the write as data, so it can be saved and replayed after a restart
+
+
+class HostedService:
+    """Calls into one hosted service with failure classification, 429 back-off and an ordered write queue.
+
+    ``classify`` turns an SDK exception into a :class:`Failure`. ``label`` names the service in messages.
+
+    Example:
+        >>> service = HostedService("Demo", key_env="DEMO_API_KEY", url="https://demo.invalid",
+        ...                         classify=lambda exc: Failure("auth", 401))
+        >>> def refused(): raise RuntimeError("401")
+        >>> try:
+        ...     service.call("search", refused)
+        ... except Exception as exc:
+        ...     print(exc)
+        Demo search failed (HTTP 401): the service refused the API key: check DEMO_API_KEY (or the api_key setting)
+        >>> service.snapshot()["state"]
+        'failing'
+    """
+
+    def __init__(self, label: str, *, key_env: str, url: str, classify: Callable[[BaseException], Failure],
+                 timeout: float = 5.0, max_backoff: float = 300.0, max_pending: int = 200) -> None:
+        self.label = label
+        self.key_env = key_env
+        self.url = url
+        self.timeout = timeout
+        self.max_backoff = max_backoff
+        self.max_pending = max_pending
+        self._classify = classify
+        self._lock = threading.RLock()
+        self._write_lock = threading.Lock()
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self.requests = 0
+        self.failures = 0
+        self.dropped_writes = 0
+        self.last_ok_at: float | None = None
+        self.last_failure_at: float | None = None
+        self.last_error: str = ""
+        self.last_kind: str = ""
+        self._blocked_until = 0.0  # time.monotonic() before which the service is not called (429)
+        self._blocked_wall = 0.0
+
+    # -- calls -----------------------------------------------------------------------------------
+    def _message(self, op: str, failure: Failure) -> str:
+        advice = _ADVICE.get(failure.kind, _ADVICE["error"]).format(
+            key_env=self.key_env, timeout=self.timeout, url=self.url
+        )
+        status = f" (HTTP {failure.status})" if failure.status else ""
+        text = f"{self.label} {op} failed{status}: {advice}"
+        if failure.kind == "rate_limited":
+            wait = failure.retry_after
+            text += f"; retry after {wait:g}s" if wait is not None else ""
+        if failure.detail and failure.kind in ("client", "error", "malformed", "server"):
+            text += f" ({clip_text(failure.detail, 160)})"
+        return text
+
+    def blocked_for(self) -> float:
+        """Seconds left before a rate-limited service is called again (0 when not blocked)."""
+        return max(0.0, self._blocked_until - time.monotonic())
+
+    def call(self, op: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (one SDK call); raise :class:`ExternalServiceError` saying what went wrong."""
+        wait = self.blocked_for()
+        if wait > 0:
+            raise ExternalServiceError(
+                f"{self.label} {op} skipped: the service is rate limited (HTTP 429) for another {wait:.0f}s",
+                kind="rate_limited", status=429, retry_after=wait,
+            )
+        with self._lock:
+            self.requests += 1
+        try:
+            result = fn()
+        except ExternalServiceError:
+            raise
+        except Exception as exc:
+            failure = self._classify(exc)
+            message = self._message(op, failure)
+            with self._lock:
+                self.failures += 1
+                self.last_failure_at = time.time()
+                self.last_error = message
+                self.last_kind = failure.kind
+                if failure.kind == "rate_limited":
+                    pause = failure.retry_after if failure.retry_after is not None else DEFAULT_RATE_LIMIT_PAUSE
+                    pause = min(max(pause, 0.0), self.max_backoff)
+                    self._blocked_until = time.monotonic() + pause
+                    self._blocked_wall = time.time() + pause
+            log.warning("%s", message)
+            raise ExternalServiceError(message, kind=failure.kind, status=failure.status,
+                                       retry_after=failure.retry_after) from exc
+        with self._lock:
+            self.last_ok_at = time.time()
+            self.last_error, self.last_kind = "", ""
+        return result
+
+    # -- ordered writes --------------------------------------------------------------------------
+    def write(self, label: str, send: Callable[[], Any], record: dict[str, Any] | None = None) -> None:
+        """Queue one write and send every queued write in order; raises if any stays queued.
+
+        ``record`` is the write as JSON data; with it, a write still queued at shutdown is saved by
+        :meth:`save_unsent` and sent again by the next process (:meth:`claim_unsent`).
+        """
+        with self._write_lock:
+            self._enqueue(_Pending(label, send, time.time(), record))
+            self._flush_locked()
+
+    def _enqueue(self, item: _Pending, *, front: bool = False) -> None:
+        if len(self._pending) >= self.max_pending:
+            dropped = self._pending.popleft()
+            self.dropped_writes += 1
+            log.error("%s: write queue full (%d); dropped the oldest queued write (%s)",
+                      self.label, self.max_pending, dropped.label)
+        if front:
+            self._pending.appendleft(item)
+        else:
+            self._pending.append(item)
+
+    # -- writes that outlive the process ---------------------------------------------------------
+    def save_unsent(self, folder: Path) -> Path | None:
+        """Save queued writes (those with a record) to ``folder/unsent-*.jsonl``; returns the file, if any.
+
+        Called at shutdown. Writes without a record cannot be saved and are counted as dropped.
+        """
+        with self._write_lock:
+            items, self._pending = list(self._pending), collections.deque()
+        records = [i.record for i in items if i.record is not None]
+        lost = len(items) - len(records)
+        if lost:
+            self.dropped_writes += lost
+            log.error("%s: %d queued write(s) could not be saved for a retry", self.label, lost)
+        if not records:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"unsent-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        log.warning("%s: %d write(s) could not be sent; saved to %s and sent by the next session",
+                    self.label, len(records), path)
+        return path
+
+    def claim_unsent(self, folder: Path, replay: Callable[[dict[str, Any]], Callable[[], Any]]) -> int:
+        """Queue the writes an earlier process saved in ``folder`` (each file is claimed by one process only).
+
+        They go to the front of the queue, oldest file first, and are sent with the next write or flush.
+        """
+        if not folder.is_dir():
+            return 0
+        claimed: list[dict[str, Any]] = []
+        for path in sorted(folder.glob("unsent-*.jsonl")):
+            mine = path.with_name(f"claimed-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
+            try:
+                os.rename(path, mine)  # atomic: if another process got there first, this fails
+            except OSError:
+                continue
+            try:
+                lines = mine.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                log.error("%s: cannot read saved writes %s: %s", self.label, mine, exc)
+                continue
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    log.error("%s: skipped a damaged line in %s", self.label, mine)
+                    continue
+                if isinstance(record, dict):
+                    claimed.append(record)
+            mine.unlink(missing_ok=True)
+        with self._write_lock:
+            for record in reversed(claimed):
+                self._enqueue(_Pending(str(record.get("op", "saved write")), replay(record), time.time(), record),
+                              front=True)
+        if claimed:
+            log.info("%s: %d saved write(s) from an earlier run queued for sending", self.label, len(claimed))
+        return len(claimed)
+
+    def flush(self) -> None:
+        """Send queued writes in order; raises :class:`ExternalServiceError` if some stay queued."""
+        with self._write_lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        while self._pending:
+            item = self._pending[0]
+            try:
+                self.call(item.label, item.send)
+            except ExternalServiceError as exc:
+                count = len(self._pending)
+                raise ExternalServiceError(
+                    f"{exc}; {count} write(s) queued, sent again before the next write or at session end",
+                    kind=exc.kind, status=exc.status, retry_after=exc.retry_after,
+                ) from exc
+            self._pending.popleft()
+
+    @property
+    def pending_writes(self) -> int:
+        return len(self._pending)
+
+    # -- status ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The service's state as last seen by this process (no network)."""
+        with self._lock:
+            if self.blocked_for() > 0:
+                state = "rate_limited"
+            elif self.last_error:
+                state = "failing"
+            elif self.last_ok_at is not None:
+                state = "ok"
+            else:
+                state = "not contacted yet"
+            out: dict[str, Any] = {"state": state, "url": self.url, "requests": self.requests}
+            if self.failures:
+                out["failures"] = self.failures
+            if self.last_error:
+                out["last_error"] = self.last_error
+            if self.last_ok_at is not None:
+                out["last_ok"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_ok_at))
+            if state == "rate_limited":
+                out["retry_after_s"] = round(self.blocked_for(), 1)
+            if self._pending:
+                out["pending_writes"] = len(self._pending)
+            if self.dropped_writes:
+                out["dropped_writes"] = self.dropped_writes
+            return out
+
+
+def json_detail(body: Any) -> str:
+    """A short text of an error body (dict, str, bytes) for messages."""
+    if body is None:
+        return ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, dict):
+        for key in ("error", "detail", "message"):
+            if body.get(key):
+                value = body[key]
+                return value if isinstance(value, str) else json.dumps(value)[:200]
+        return json.dumps(body)[:200]
+    return str(body)[:200]
+
+
+def read_json_config(path: str | Path, *, section: str) -> dict[str, Any]:
+    """Read a Hermes-style JSON config file (``honcho.json``, ``supermemory.json``); ConfigError says what is wrong."""
+    from ..core.errors import ConfigError
+
+    file = Path(os.path.expandvars(str(path))).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"{section}.config_file: {file} does not exist; fix the path or remove config_file")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{section}.config_file: {file} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{section}.config_file: cannot read {file}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section}.config_file: {file} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def merge_hermes_file(data: Any, *, section: str, known: dict[str, str], host_key: str | None = None,
+                      renames: dict[str, Callable[[Any], Any]] | None = None) -> Any:
+    """Fill a settings dict from the Hermes JSON file named by its ``config_file`` key.
+
+    ``known`` maps the file's keys (camelCase or snake_case) to setting names. Values already in ``data`` win
+    (they come from config.yaml or environment variables). For ``honcho.json``, ``hosts.<host_key>`` overrides the
+    file's root, as in Hermes. Keys ironmem does not use are listed in ``ignored_keys`` (shown by ``status``).
+    """
+    if not isinstance(data, dict):
+        return data
+    # The section may use the file's spelling (apiKey) or the setting's (api_key); settle on the setting's.
+    data = {(known.get(k, k) if isinstance(k, str) else k): v for k, v in data.items()}
+    if not data.get("config_file"):
+        return data
+    raw = read_json_config(data["config_file"], section=section)
+    merged = {k: v for k, v in raw.items() if k != "hosts"}
+    if host_key is not None:
+        host = data.get("host") or host_key
+        hosts = raw.get("hosts") or {}
+        block = hosts.get(host) if isinstance(hosts, dict) else None
+        if isinstance(block, dict):
+            merged.update(block)
+    ignored: list[str] = []
+    values: dict[str, Any] = {}
+    for key, value in merged.items():
+        name = known.get(key)
+        if name is None:
+            ignored.append(key)
+            continue
+        if value is None:
+            continue
+        convert = (renames or {}).get(name)
+        values[name] = convert(value) if convert else value
+    out = {**values, **{k: v for k, v in data.items() if v is not None}}
+    out["ignored_keys"] = sorted(set(ignored) | set(data.get("ignored_keys") or []))
+    return out
