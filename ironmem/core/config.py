@@ -8,9 +8,11 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       user_char_limit: 1375
       prefetch_timeout: 3.0
       strict: false
+      tool_budget: 1000         # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
       provider: local_vector    # optional: the ONE external provider (rule 1)
     local_vector:               # that provider's own settings
       embedder: my_project.embeddings:embedder
+      tools: [vector_search]    # optional, in any provider section: which of its tools to expose ([] for none)
 
 How the external provider is chosen:
 
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .budget import DEFAULT_TOOL_BUDGET
 from .errors import ConfigError
 from .provider import MemoryProvider
 
@@ -83,6 +86,7 @@ _OWN_PROVIDERS = {
 
 _MEMORY_SECTION = "memory"
 _SECTION_SWITCH = "enabled"
+_SECTION_TOOLS = "tools"  # in any provider section: which of its tools to expose (rule 1's token budget)
 _SECRET_KEY = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
@@ -100,6 +104,10 @@ class MemorySettings(BaseModel):
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
     provider: str | list[str] | None = Field(None, description="The one external provider, by registered name")
+    tool_budget: int = Field(
+        DEFAULT_TOOL_BUDGET, ge=0,
+        description="Tokens the external provider's exposed tool schemas may cost (o200k_base, OpenAI format)",
+    )
 
 
 @dataclass
@@ -112,6 +120,7 @@ class IronMemConfig:
     provider_settings: Any = None
     source: Path | None = None
     disabled_sections: list[str] = field(default_factory=list)
+    provider_tools: list[str] | None = None  # the provider section's 'tools' list; None exposes all
 
 
 # --------------------------------------------------------------------------------------------------
@@ -379,12 +388,27 @@ def load_config(path: str | Path) -> IronMemConfig:
         model: type[BaseModel] | None = getattr(cls, "settings_model", None)
         aliases: dict[str, str] = dict(getattr(cls, "env_aliases", {}) or {})
         body = dict(sections.get(chosen, {}))
+        config.provider_tools = _section_tools(chosen, body.pop(_SECTION_TOOLS, None))
         body.update(_env_overrides(chosen, model, aliases))
         if model is not None:
             config.provider_settings = _validate(chosen, model, body)
         else:
             config.provider_settings = body
     return config
+
+
+def _section_tools(section: str, value: Any) -> list[str] | None:
+    """A provider section's ``tools`` list (names of its tools to expose); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(
+            f"{section}.{_SECTION_TOOLS}: must be a list of the provider's tool names (e.g. [{section}_search]), "
+            f"got {value!r}; an empty list exposes no tools"
+        )
+    return [v.strip() for v in value]
 
 
 def _resolve_home(home: Path | None, source: Path) -> Path:
@@ -426,7 +450,7 @@ def build_provider(name: str, settings: Any, *, home: Path) -> MemoryProvider:
 def manager_from_config(path: str | Path) -> MemoryManager:
     """A :class:`~ironmem.MemoryManager` built from ``config.yaml`` at ``path``, with its provider attached.
 
-    A configured provider that cannot join (unavailable, too many tools) is a :class:`ConfigError`: the file
+    A configured provider that cannot join (unavailable, tools over the budget) is a :class:`ConfigError`: the file
     asked for it, so running without it silently would hide the problem.
     """
     from .manager import MemoryManager
@@ -442,6 +466,7 @@ def manager_from_config(path: str | Path) -> MemoryManager:
         prefetch_timeout=settings.prefetch_timeout,
         tool_timeout=settings.tool_timeout,
         sync_drain_timeout=settings.sync_drain_timeout,
+        tool_budget=settings.tool_budget,
     )
     if provider is not None:
         reason = ""
@@ -451,8 +476,14 @@ def manager_from_config(path: str | Path) -> MemoryManager:
             available, reason = False, f"is_available() raised {type(exc).__name__}: {exc}"
         if not available:
             reason = reason or str(getattr(provider, "unavailable_reason", "") or "it reports it is not available")
-        elif not manager.add_provider(provider):
-            reason = "the manager refused it (see the warning above: too many tools or a failing tool_schemas())"
+        else:
+            try:
+                added = manager.add_provider(provider, tools=config.provider_tools)
+            except ConfigError as exc:
+                added, reason = False, f"{config.provider}.{_SECTION_TOOLS}: {exc}"
+            if not added and not reason:
+                reason = ("the manager refused it (see the warning above: its tools are over memory.tool_budget, "
+                          "or tool_schemas() failed)")
         if reason:
             manager.close()
             try:
