@@ -234,6 +234,7 @@ class HindsightServer(_Process):
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "TMPDIR": str(self.workdir),
+            "HINDSIGHT_API_WORKER_ID": f"ironmem-test-{self.instance}",
         }
         argv = [*prefix, str(python.parent / "hindsight-api"), "--host", "127.0.0.1", "--port", str(self.port)]
         self._spawn(argv, env)

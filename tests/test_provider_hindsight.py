@@ -93,7 +93,7 @@ def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Pat
         session = manager.start_session("down", user_id="u1")
         session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
         recall = session.prefetch("What tea do I like?")
-        assert {i.source for i in recall.items} == {"builtin"} and "green tea" in recall.fenced()
+        assert "hindsight" not in {i.source for i in recall.items} and "green tea" in recall.fenced()
         status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
         assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
         result = json.loads(session.handle_tool_call("hindsight_recall", {"query": "tea"}))
@@ -221,7 +221,7 @@ def test_slow_server_past_the_prefetch_timeout(hindsight_server: HindsightServer
             started = time.monotonic()
             recall = session.prefetch("When do deploys run?")
             assert time.monotonic() - started < 3.0
-            assert "Fridays" in recall.fenced() and {i.source for i in recall.items} == {"builtin"}
+            assert "Fridays" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
             status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
             assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
             session.end()
@@ -243,7 +243,7 @@ def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: 
             server.kill()
             session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Router is in the attic"})
             recall = session.prefetch("Where is the router?")
-            assert "attic" in recall.fenced() and {i.source for i in recall.items} == {"builtin"}
+            assert "attic" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
             session.sync_turn("Thanks", "Any time.")  # queued in the background; fails there, not here
             assert manager.drain(30)
             status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]

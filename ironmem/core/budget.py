@@ -47,9 +47,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Tokens the external provider's exposed tool schemas may cost together (o200k_base, OpenAI format). About
-#: four well-described tools; the built-in ``memory`` and ``session_search`` tools are not counted.
-DEFAULT_TOOL_BUDGET = 1000
+#: Tokens the external provider's exposed tool schemas may cost together (o200k_base, OpenAI format): room for
+#: five or six concise tools (a search tool with a query and a limit costs about 90). The built-in ``memory`` and
+#: ``session_search`` tools (about 430) are not counted. Shipped providers: mem0 3 tools 228, hindsight 2-3 tools
+#: 180-248, openviking 5 tools 366; each stays under the budget with the bytes/3 estimate too.
+DEFAULT_TOOL_BUDGET = 600
 #: The encoding the budget is counted in.
 TOOL_BUDGET_ENCODING = "o200k_base"
 #: Used when the encoding cannot be loaded: tokens = ceil(UTF-8 bytes / 3), an over-estimate for tool JSON.

@@ -8,7 +8,7 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       user_char_limit: 1375
       prefetch_timeout: 3.0
       strict: false
-      tool_budget: 1000         # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
+      tool_budget: 600          # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
       provider: local_vector    # optional: the ONE external provider (rule 1)
     local_vector:               # that provider's own settings
       embedder: my_project.embeddings:embedder

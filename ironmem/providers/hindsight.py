@@ -265,8 +265,13 @@ class HindsightProvider(MemoryProvider):
     # -- config ---------------------------------------------------------------------------------
     @classmethod
     def from_config(cls, settings: HindsightSettings, *, home: Path) -> HindsightProvider:
-        """Build from the ``hindsight`` config section (no request is made until the first session)."""
-        return cls(settings)
+        """Build from the ``hindsight`` config section and load the client (no request is made)."""
+        return cls(settings).open()
+
+    def open(self) -> HindsightProvider:
+        """Import and build the client now (importing aiohttp can take seconds), so the first recall is fast."""
+        self._loop.run(self._get_client, timeout=None)
+        return self
 
     # -- contract -------------------------------------------------------------------------------
     @property
@@ -287,6 +292,8 @@ class HindsightProvider(MemoryProvider):
             self._users[session_id] = user
             self._current_session = session_id
             self._turns.setdefault(session_id, 0)
+        if self._client is None:
+            self._loop.submit(self._get_client)  # warm up on the provider's loop; the first call queues behind it
 
     def tool_schemas(self) -> list[ToolSchema]:
         if self.settings.memory_mode == "context":
@@ -394,12 +401,12 @@ class HindsightProvider(MemoryProvider):
         """Facts for ``query`` from the session user's bank: ``[{id, text, type, date, tags}]``."""
         bank, n = self._bank(session_id), self.settings.recall_max_results if limit is None else limit
         args = self._recall_args(redact_secrets(query), limit)
-        return self._facts(self._call("recall", lambda c: c.arecall(bank_id=bank, **args)), n)
+        return self._facts(self._call("recall", lambda c: _recall_or_empty(c, bank, args)), n)
 
     async def arecall(self, query: str, *, session_id: str = "", limit: int | None = None) -> list[dict[str, Any]]:
         bank, n = self._bank(session_id), self.settings.recall_max_results if limit is None else limit
         args = self._recall_args(redact_secrets(query), limit)
-        return self._facts(await self._acall("recall", lambda c: c.arecall(bank_id=bank, **args)), n)
+        return self._facts(await self._acall("recall", lambda c: _recall_or_empty(c, bank, args)), n)
 
     def prefetch(self, query: str, *, session_id: str) -> list[str]:
         if not self.settings.auto_recall or self.settings.memory_mode == "tools" or not (query or "").strip():
@@ -538,6 +545,16 @@ class HindsightProvider(MemoryProvider):
 
     def __repr__(self) -> str:
         return f"<HindsightProvider url={self.settings.api_url!r} bank_template={self.settings.bank_id_template!r}>"
+
+
+async def _recall_or_empty(client: Any, bank: str, args: dict[str, Any]) -> Any:
+    """Recall from ``bank``; a bank that does not exist yet (nothing retained for this user) recalls nothing."""
+    try:
+        return await client.arecall(bank_id=bank, **args)
+    except Exception as exc:
+        if getattr(exc, "status", None) == 404 and "not found" in str(getattr(exc, "body", "") or exc).lower():
+            return None
+        raise
 
 
 def _safe(value: str) -> str:
