@@ -300,6 +300,8 @@ def status(
         console.print(files)
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
         console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
+        if "tool_budget" in info:
+            console.print(Text(_budget_line(info["tool_budget"])))
     if problems:
         raise CLIError(problems[0])
 

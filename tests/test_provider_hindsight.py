@@ -141,7 +141,9 @@ def test_secrets_are_masked_before_they_reach_the_server(hindsight_server: Hinds
         session = manager.start_session("s1", user_id="ada")
         session.sync_turn(f"My deploy key for the billing service is {secret}", "I will keep it safe.")
         session.end()
-    facts = provider.recall("deploy key for the billing service", session_id="x", limit=10)
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))  # the manager shut the first
+    provider.initialize("s2", user_id="ada")
+    facts = provider.recall("deploy key for the billing service", session_id="s2", limit=10)
     provider.shutdown()
     assert facts and all(secret not in f["text"] for f in facts)
     assert any("billing service" in f["text"] for f in facts)
@@ -163,7 +165,7 @@ async def test_async_twins_run_on_the_callers_loop(hindsight_server: HindsightSe
     provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
     provider.initialize("s1", user_id="cy")
     await provider.async_turn("I keep bees in my garden in Ghent", "Lovely.", session_id="s1")
-    recalled = await provider.aprefetch("Do I have any hobbies with animals?", session_id="s1")
+    recalled = await provider.aprefetch("Where do I keep bees?", session_id="s1")
     assert any("bees" in text for text in recalled)
     assert json.loads(await provider.ahandle_tool_call("hindsight_recall", {"query": "bees"}))["success"]
     provider.shutdown()

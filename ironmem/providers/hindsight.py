@@ -60,6 +60,8 @@ T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:8888"
 FACT_TYPES = ("world", "experience", "observation")
+#: Turns kept per session while the server cannot take them (retried with the next turn or at session end).
+MAX_PENDING = 200
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 RETAIN_TOOL = ToolSchema(
@@ -293,7 +295,10 @@ class HindsightProvider(MemoryProvider):
             self._current_session = session_id
             self._turns.setdefault(session_id, 0)
         if self._client is None:
-            self._loop.submit(self._get_client)  # warm up on the provider's loop; the first call queues behind it
+            try:
+                self._loop.submit(self._get_client)  # warm up on the provider's loop; the first call queues behind it
+            except Exception as exc:  # shut down already: the next call reports it
+                log.debug("hindsight warm-up not started: %s", exc)
 
     def tool_schemas(self) -> list[ToolSchema]:
         if self.settings.memory_mode == "context":
@@ -466,15 +471,33 @@ class HindsightProvider(MemoryProvider):
             self._pending[session_id] = []
         return "\n\n".join(pending)
 
+    def _requeue(self, session_id: str, text: str) -> None:
+        """A retain failed: keep its text for the next one (bounded), so a short outage loses no turn."""
+        with self._lock:
+            pending = self._pending.setdefault(session_id, [])
+            pending.insert(0, text)
+            if len(pending) > MAX_PENDING:
+                del pending[: len(pending) - MAX_PENDING]
+                log.warning("hindsight: more than %d turns of session %r wait for the server; dropping the oldest",
+                            MAX_PENDING, session_id)
+
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
         text = self._queue_turn(user, assistant, session_id)
         if text:
-            self.retain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            try:
+                self.retain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            except Exception:
+                self._requeue(session_id, text)
+                raise
 
     async def async_turn(self, user: str, assistant: str, *, session_id: str) -> None:
         text = self._queue_turn(user, assistant, session_id)
         if text:
-            await self.aretain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            try:
+                await self.aretain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            except Exception:
+                self._requeue(session_id, text)
+                raise
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
         if not self.settings.mirror_builtin or action != "add" or not (content or "").strip():
@@ -488,7 +511,12 @@ class HindsightProvider(MemoryProvider):
             pending = self._pending.pop(session_id, [])
             self._turns.pop(session_id, None)
         if pending:
-            self.retain("\n\n".join(pending), session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            try:
+                self.retain("\n\n".join(pending), session_id=session_id, tags=[f"session:{_safe(session_id)}"])
+            except Exception:
+                with self._lock:  # keep them: a later session end of this id, or a later turn, retries
+                    self._pending.setdefault(session_id, [])[:0] = pending
+                raise
         with self._lock:
             self._users.pop(session_id, None)
 
