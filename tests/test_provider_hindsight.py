@@ -96,6 +96,7 @@ def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Pat
         assert "hindsight" not in {i.source for i in recall.items} and "green tea" in recall.fenced()
         status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
         assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
+        assert status["details"]["url"] == dead
         result = json.loads(session.handle_tool_call("hindsight_recall", {"query": "tea"}))
         assert result["success"] is False and "not reachable" in result["error"]
         session.end()
@@ -236,8 +237,8 @@ def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: 
     except ServerUnavailable as exc:
         pytest.skip(f"hindsight server unavailable: {exc}")
     try:
-        provider = HindsightProvider(api_url=server.url, bank_id=bank_of(tmp_path), timeout=5)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=10) as manager:
+        provider = HindsightProvider(api_url=server.url, bank_id=bank_of(tmp_path), timeout=60)
+        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
             session = manager.start_session("crash", user_id="fay")
             session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
             manager.drain()

@@ -276,6 +276,14 @@ class MemoryManager:
         for provider in self.providers:
             entry = self._health[provider.name].to_dict()
             entry["tools"] = [s.name for s in self.tool_schemas() if s.provider == provider.name]
+            details = getattr(provider, "status", None) if provider is self.external else None
+            if callable(details):  # optional, no network: what the provider is configured to talk to
+                try:
+                    info = details()
+                    if isinstance(info, dict):
+                        entry["details"] = info
+                except Exception as exc:  # a status page must not fail because of a provider
+                    entry["details"] = {"error": f"{type(exc).__name__}: {exc}"}
             providers.append(entry)
         return {
             "home": str(self.home),
