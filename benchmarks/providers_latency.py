@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import fmt_ms, metadata, summary_ms, table, write_json  # noqa: E402
+from _util import fmt_ms, metadata, summary_ms, table, write_json
 
 PROVIDERS = ["builtin", "local_vector", "hindsight", "openviking"]
 

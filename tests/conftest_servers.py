@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from servers import EmbeddingServer, HindsightServer, OpenVikingServer, ServerUnavailable
 
 _failed: dict[str, str] = {}

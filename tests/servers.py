@@ -322,7 +322,7 @@ class DelayProxy:
         while not self._stop.is_set():
             try:
                 client, _ = self._server.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._relay, args=(client,), daemon=True).start()
 

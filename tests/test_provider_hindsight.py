@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("hindsight_client")
 
-from servers import DelayProxy, EmbeddingServer, HindsightServer, ServerUnavailable, free_port  # noqa: E402
+from servers import DelayProxy, EmbeddingServer, HindsightServer, ServerUnavailable, free_port
 
-from ironmem import ConfigError, MemoryManager  # noqa: E402
-from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools  # noqa: E402
-from ironmem.core.config import load_config, manager_from_config  # noqa: E402
-from ironmem.providers.hindsight import HindsightProvider, HindsightSettings  # noqa: E402
-from ironmem.testing.provider_contract import ProviderContract  # noqa: E402
+from ironmem import ConfigError, MemoryManager
+from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
+from ironmem.core.config import load_config, manager_from_config
+from ironmem.providers.hindsight import HindsightProvider, HindsightSettings
+from ironmem.testing.provider_contract import ProviderContract
 
 
 def bank_of(path: Path) -> str:

@@ -80,7 +80,7 @@ def make_handler(model: MiniLM) -> type[BaseHTTPRequestHandler]:
         def _error(self, status: int, message: str) -> None:
             self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
+        def do_GET(self) -> None:
             path = self.path.rstrip("/")
             if path in ("/health", ""):
                 self._send(200, {"status": "ok", "model": MODEL_ID, "dimensions": DIMENSIONS})
@@ -89,7 +89,7 @@ def make_handler(model: MiniLM) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, f"no route {self.path}")
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:
             if not self.path.rstrip("/").endswith("/embeddings"):
                 self._error(404, f"no route {self.path}; use POST /v1/embeddings")
                 return

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread", "LoopClosedError"]
+__all__ = ["LoopClosedError", "LoopThread"]
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ class LoopThread:
         future = self.submit(factory)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             future.cancel()
             raise TimeoutError(f"{self.name}: no answer within {timeout:g}s") from None
 

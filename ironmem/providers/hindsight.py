@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -430,7 +430,7 @@ class HindsightProvider(MemoryProvider):
             "bank_id": self._bank(session_id),
             "content": redact_secrets(content),
             "context": context,
-            "timestamp": datetime.now(timezone.utc),
+            "timestamp": datetime.now(UTC),
             "tags": all_tags or None,
             "metadata": {"session_id": session_id} if session_id else None,
             "retain_async": self.settings.retain_async,
