@@ -59,6 +59,7 @@ log = logging.getLogger("ironmem.providers.hindsight")
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:8888"
+CLOUD_URL = "https://api.hindsight.vectorize.io"
 FACT_TYPES = ("world", "experience", "observation")
 #: Turns kept per session while the server cannot take them (retried with the next turn or at session end).
 MAX_PENDING = 200
@@ -176,6 +177,8 @@ class HindsightSettings(BaseModel):
         for key, why in _UNSUPPORTED_KEYS.items():
             if key in data:
                 raise ValueError(f"'{key}' is a Hermes setting that does not apply here: {why}; remove it")
+        if data.get("mode") == "cloud" and not data.get("api_url"):
+            data["api_url"] = CLOUD_URL
         if data.get("mode") == "local_embedded":
             raise ValueError(
                 "mode 'local_embedded' (Hermes starts a Hindsight daemon itself) is not supported: start the server "

@@ -282,8 +282,10 @@ class OpenVikingProvider(MemoryProvider):
 
     # -- HTTP -----------------------------------------------------------------------------------
     def _headers(self, user: str) -> dict[str, str]:
-        headers = {"X-OpenViking-Account": self.settings.account, "X-OpenViking-User": user,
-                   "X-OpenViking-Actor-Peer": self.settings.actor_peer_id, "User-Agent": "ironmem"}
+        """Identity headers: account and user in local / trusted mode; with a user key the server derives them."""
+        headers = {"X-OpenViking-Actor-Peer": self.settings.actor_peer_id, "User-Agent": "ironmem"}
+        if self.settings.api_key is None or self.settings.user:
+            headers.update({"X-OpenViking-Account": self.settings.account, "X-OpenViking-User": user})
         if self.settings.api_key is not None:
             headers["X-API-Key"] = self.settings.api_key.get_secret_value()
         return headers
