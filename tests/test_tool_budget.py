@@ -171,21 +171,27 @@ def test_config_budget_and_tools_list(tmp_path: Path, monkeypatch: pytest.Monkey
         manager_from_config(path)
 
 
-def test_cli_tokens_shows_the_budget(tmp_path: Path) -> None:
+def test_cli_tokens_shows_the_budget(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("hindsight_client")
-    from typer.testing import CliRunner
+    from ironmem.cli import main  # main() restores logging afterwards (the app alone would not)
 
-    from ironmem.cli import app
-
+    monkeypatch.setenv("COLUMNS", "200")
     path = tmp_path / "config.yaml"
     path.write_text("memory:\n  home: mem\n  provider: hindsight\nhindsight:\n  api_url: http://127.0.0.1:9\n"
                     "  tools: [hindsight_recall]\n")
-    runner = CliRunner()
-    result = runner.invoke(app, ["--config", str(path), "tokens", "--json"])
-    assert result.exit_code == 0, result.output
-    budget = json.loads(result.output)["tool_budget"]
+
+    def run(*args: str) -> str:
+        capfd.readouterr()
+        try:
+            main(["--config", str(path), *args])
+        except SystemExit as exc:
+            assert not exc.code, capfd.readouterr()
+        return capfd.readouterr().out
+
+    budget = json.loads(run("tokens", "--json"))["tool_budget"]
     assert budget["limit"] == DEFAULT_TOOL_BUDGET and list(budget["tools"]) == ["hindsight_recall"]
     assert budget["hidden"] == ["hindsight_retain"] and 0 < budget["used"] < DEFAULT_TOOL_BUDGET
-    table = runner.invoke(app, ["--config", str(path), "tokens"])
-    assert table.exit_code == 0, table.output
-    assert "external tool budget:" in table.output and f"of {DEFAULT_TOOL_BUDGET} tokens" in table.output
+    table = run("tokens")
+    assert "external tool budget:" in table and f"of {DEFAULT_TOOL_BUDGET} tokens" in table
+    assert "external tool budget:" in run("status")
