@@ -17,6 +17,9 @@ Benchmarks:
   security_eval   scanner detection / false positives and throughput (security_eval.py, if present)
   cache_report    prefix-cache hit rates of a replayed session under four memory strategies (cache_report.py,
                   if present)
+  providers_latency  prefetch / sync p50 / p95 per external provider on its real local server (Hindsight,
+                  OpenViking), with the built-in layer and local_vector as peers (providers_latency.py; a provider
+                  whose server venv is missing is shown as skipped: bash tools/install_servers.sh)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
 
-BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report"]
+BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
@@ -47,6 +50,10 @@ def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
             cmd.append("--quick")
         if no_cache and name == "search_latency":
             cmd.append("--no-cache")
+    elif name == "providers_latency":
+        if quick:
+            cmd.append("--quick")
+        cmd += ["--json", str(RESULTS / f"{name}.json")]
     else:  # benchmarks written by others: they take --json
         cmd += ["--json", str(RESULTS / f"{name}.json")]
     return cmd
@@ -124,6 +131,21 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                                     "ms_per_2k_entry": speed["ironmem_english_2k"]["mean_ms"]}
     if rows:
         lines += ["Micro-benchmarks, p50 / p95", table(["operation", "figure"], rows), ""]
+
+    prov = _load("providers_latency") if runs.get("providers_latency", {}).get("ok") else None
+    if prov:
+        rows = []
+        for r in prov["results"]:
+            if "skipped" in r:
+                rows.append([r["provider"], "skipped", "-", r["skipped"][:60]])
+            else:
+                rows.append([r["provider"], f"{fmt_ms(r['prefetch']['p50_ms'])} / {fmt_ms(r['prefetch']['p95_ms'])}",
+                             f"{fmt_ms(r['sync']['p50_ms'])} / {fmt_ms(r['sync']['p95_ms'])}",
+                             f"{r['recall_hit_rate']:.0%}"])
+        lines += ["External providers on their real local servers, ms p50 / p95",
+                  table(["provider", "prefetch", "sync_turn", "recall hit"], rows), ""]
+        figures["providers_latency"] = {r["provider"]: {k: r[k] for k in ("prefetch", "sync") if k in r}
+                                        for r in prov["results"]}
 
     targets: list[list[str]] = []
     for bench in ("turn_overhead", "search_latency"):

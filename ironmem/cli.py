@@ -315,6 +315,8 @@ def status(
             console.print(Text(f"users with their own files: {len(info['users']):,} (ironmem status --user ID)"))
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
         console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
+        if "tool_budget" in info:
+            console.print(Text(_budget_line(info["tool_budget"])))
     if problems:
         raise CLIError(problems[0])
 
@@ -704,12 +706,29 @@ def tokens(
         session = manager.start_session("ironmem-cli-tokens")
         report = TokenReport.for_session(session, counter, max_external=providers)
         session.end()
+        budget = manager.tool_budget_status()
     if as_json:
-        _echo_json(report.to_dict())
+        _echo_json({**report.to_dict(), "tool_budget": budget})
         return
     from .demo import print_token_report
 
-    print_token_report(report, _console())
+    console = _console()
+    print_token_report(report, console)
+    console.print(Text(_budget_line(budget)))
+
+
+def _budget_line(budget: dict[str, Any]) -> str:
+    """One line on rule 1's token budget for the external provider's tool schemas."""
+    line = f"external tool budget: {budget['used']:,} of {budget['limit']:,} tokens"
+    if budget.get("tools"):
+        line += " (" + ", ".join(f"{name} {n:,}" for name, n in budget["tools"].items()) + ")"
+    else:
+        line += " (no external provider tools)"
+    if budget.get("hidden"):
+        line += f"; hidden by config: {', '.join(budget['hidden'])}"
+    if budget.get("method"):
+        line += f"; counted with {budget['method']}"
+    return line + ". Set memory.tool_budget to change the limit, a provider section's tools: [...] to choose tools."
 
 
 # --------------------------------------------------------------------------------------------------

@@ -62,3 +62,6 @@ def manager(home: Path) -> Iterator[MemoryManager]:
     m = MemoryManager(home=home, prefetch_timeout=1.0)
     yield m
     m.close()
+
+# The real local memory servers (Hindsight, OpenViking, the MiniLM embedder): session-scoped, started on first use.
+from conftest_servers import embedding_server, hindsight_server, openviking_server  # noqa: E402,F401

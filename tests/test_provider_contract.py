@@ -111,7 +111,7 @@ class TooManyTools(_Base):
     def tool_schemas(self) -> list[ToolSchema]:
         schema = super().tool_schemas()[0]
         return [schema] + [
-            ToolSchema(f"notes_extra_{i}", "More.", {"type": "object", "properties": {}}) for i in range(4)
+            ToolSchema(f"notes_extra_{i}", "More. " * 40, {"type": "object", "properties": {}}) for i in range(12)
         ]
 
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
@@ -120,16 +120,16 @@ class TooManyTools(_Base):
         return super().handle_tool_call(name, args)
 
 
-def test_too_many_tools_fails_tool_count(tmp_path: Path) -> None:
+def test_tools_over_the_budget_fail_tool_budget(tmp_path: Path) -> None:
     failure = _check(TooManyTools, tmp_path)
     assert failure is not None
-    assert "tool_count" in failure.checks
-    message = next(f.message for f in failure.failures if f.check == "tool_count")
-    assert "exposes 5 tools" in message and "1 to 4" in message
-    # The manager refuses a 5-tool provider, so the checks that run it through a manager fail too, for that
-    # stated reason.
-    assert failure.checks[:2] == ["tool_count", "persistence"] and set(failure.checks) <= {
-        "tool_count", "persistence", "user_scope"}
+    assert "tool_budget" in failure.checks
+    message = next(f.message for f in failure.failures if f.check == "tool_budget")
+    assert "13 tool schemas cost" in message and "over the default tool budget" in message
+    # The manager refuses a provider over the budget, so the checks that run it through a manager fail too, for
+    # that stated reason.
+    assert failure.checks[:2] == ["tool_budget", "persistence"] and set(failure.checks) <= {
+        "tool_budget", "persistence", "user_scope"}
     assert any(s in failure.failures[1].message for s in ("refused the provider", "cannot join"))
 
 

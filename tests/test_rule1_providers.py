@@ -91,8 +91,9 @@ def test_failed_setup_is_not_registered_and_does_not_block_a_later_one(manager: 
     assert manager.external.name == "notes"
 
 
-def test_provider_with_too_many_tools_is_refused(manager: MemoryManager) -> None:
-    assert manager.add_provider(NotesProvider("bloated", tools=5)) is False
+def test_provider_over_the_tool_budget_is_refused(manager: MemoryManager) -> None:
+    # Rule 1 counts tokens: 60 small tools cost far more than the default budget (tests/test_tool_budget.py).
+    assert manager.add_provider(NotesProvider("bloated", tools=60)) is False
     assert manager.external is None
 
 

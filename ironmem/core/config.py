@@ -11,9 +11,11 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       memory_per_user: false    # true: each user id also gets its own MEMORY.md (USER.md always is per user)
       prefetch_timeout: 3.0
       strict: false
+      tool_budget: 600          # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
       provider: local_vector    # optional: the ONE external provider (rule 1)
     local_vector:               # that provider's own settings
       embedder: my_project.embeddings:embedder
+      tools: [vector_search]    # optional, in any provider section: which of its tools to expose ([] for none)
 
 How the external provider is chosen:
 
@@ -55,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .budget import DEFAULT_TOOL_BUDGET
 from .errors import ConfigError
 from .provider import MemoryProvider
 
@@ -85,10 +88,13 @@ _OWN_PROVIDERS = {
     # hosted services (issue 19)
     "honcho": "ironmem.providers.honcho:HonchoProvider",
     "supermemory": "ironmem.providers.supermemory:SupermemoryProvider",
+    "hindsight": "ironmem.providers.hindsight:HindsightProvider",
+    "openviking": "ironmem.providers.openviking:OpenVikingProvider",
 }
 
 _MEMORY_SECTION = "memory"
 _SECTION_SWITCH = "enabled"
+_SECTION_TOOLS = "tools"  # in any provider section: which of its tools to expose (rule 1's token budget)
 _SECRET_KEY = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
@@ -114,6 +120,10 @@ class MemorySettings(BaseModel):
     nudge_interval: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
     flush_min_turns: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
     memory_per_user: bool = Field(False, description="Give each user id its own MEMORY.md too (USER.md always is)")
+    tool_budget: int = Field(
+        DEFAULT_TOOL_BUDGET, ge=0,
+        description="Tokens the external provider's exposed tool schemas may cost (o200k_base, OpenAI format)",
+    )
 
 
 @dataclass
@@ -126,6 +136,7 @@ class IronMemConfig:
     provider_settings: Any = None
     source: Path | None = None
     disabled_sections: list[str] = field(default_factory=list)
+    provider_tools: list[str] | None = None  # the provider section's 'tools' list; None exposes all
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,7 +146,7 @@ def available_providers() -> dict[str, EntryPoint]:
     """Every provider that can be named in ``memory.provider``: name -> entry point.
 
     Example:
-        >>> {"local_vector", "mem0"} <= set(available_providers())
+        >>> {"local_vector", "mem0", "hindsight", "openviking"} <= set(available_providers())
         True
     """
     found: dict[str, EntryPoint] = {
@@ -422,12 +433,30 @@ def load_config(path: str | Path) -> IronMemConfig:
         model: type[BaseModel] | None = getattr(cls, "settings_model", None)
         aliases: dict[str, str] = dict(getattr(cls, "env_aliases", {}) or {})
         body = dict(sections.get(chosen, {}))
+        tools = body.get(_SECTION_TOOLS) if model is not None and _SECTION_TOOLS in model.model_fields else None
+        config.provider_tools = _section_tools(chosen, body.pop(_SECTION_TOOLS, None))
+        if tools is not None:  # a provider that chooses its own tools (opt-in extras) gets the list too
+            body[_SECTION_TOOLS] = tools
         body.update(_env_overrides(chosen, model, aliases))
         if model is not None:
             config.provider_settings = _validate(chosen, model, body)
         else:
             config.provider_settings = body
     return config
+
+
+def _section_tools(section: str, value: Any) -> list[str] | None:
+    """A provider section's ``tools`` list (names of its tools to expose); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(
+            f"{section}.{_SECTION_TOOLS}: must be a list of the provider's tool names (e.g. [{section}_search]), "
+            f"got {value!r}; an empty list exposes no tools"
+        )
+    return [v.strip() for v in value]
 
 
 def _resolve_home(home: Path | None, source: Path) -> Path:
@@ -470,7 +499,7 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
     """A :class:`~ironmem.MemoryManager` built from ``config.yaml`` at ``path`` (or an already loaded
     :class:`IronMemConfig`), with its provider attached. ``home`` overrides the file's ``memory.home``.
 
-    A configured provider that cannot join (unavailable, too many tools) is a :class:`ConfigError`: the file
+    A configured provider that cannot join (unavailable, tools over the budget) is a :class:`ConfigError`: the file
     asked for it, so running without it silently would hide the problem.
     """
     from dataclasses import replace
@@ -493,6 +522,7 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
         memory_enabled=settings.memory_enabled,
         user_profile_enabled=settings.user_profile_enabled,
         memory_per_user=settings.memory_per_user,
+        tool_budget=settings.tool_budget,
     )
     if provider is not None:
         reason = ""
@@ -502,8 +532,14 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
             available, reason = False, f"is_available() raised {type(exc).__name__}: {exc}"
         if not available:
             reason = reason or str(getattr(provider, "unavailable_reason", "") or "it reports it is not available")
-        elif not manager.add_provider(provider):
-            reason = "the manager refused it (see the warning above: too many tools or a failing tool_schemas())"
+        else:
+            try:
+                added = manager.add_provider(provider, tools=config.provider_tools)
+            except ConfigError as exc:
+                added, reason = False, f"{config.provider}.{_SECTION_TOOLS}: {exc}"
+            if not added and not reason:
+                reason = ("the manager refused it (see the warning above: its tools are over memory.tool_budget, "
+                          "or tool_schemas() failed)")
         if reason:
             manager.close()
             try:

@@ -8,15 +8,18 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .budget import DEFAULT_TOOL_BUDGET, ToolBudget, measure_tools, select_tools
 from .builtin import BuiltinMemoryProvider
 from .builtin.store import format_usage
 from .errors import (
     ArgumentTypeError,
     BuiltinProviderError,
     ClosedError,
+    ConfigError,
     InvalidArgumentError,
     ProviderConflictError,
     ProviderUnavailableError,
@@ -32,8 +35,9 @@ __all__ = ["MemoryManager", "default_home"]
 
 log = logging.getLogger(__name__)
 
-#: An external provider may expose at most this many tools (rule 1 is about schema budget too).
-MAX_EXTERNAL_TOOLS = 4
+#: Rule 1 is about schema size too: the external provider's exposed tools may cost at most this many tokens by
+#: default (see :mod:`ironmem.core.budget`; ``MemoryManager(tool_budget=...)``, ``memory.tool_budget``).
+TOOL_BUDGET = DEFAULT_TOOL_BUDGET
 
 
 def default_home() -> Path:
@@ -70,13 +74,19 @@ class MemoryManager:
         memory_enabled: bool = True,
         user_profile_enabled: bool = True,
         memory_per_user: bool = False,
+        tool_budget: int = DEFAULT_TOOL_BUDGET,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
                 raise InvalidArgumentError(f"{label} must be a positive number of characters, got {value!r}")
         if prefetch_timeout <= 0:
             raise InvalidArgumentError(f"prefetch_timeout must be > 0 seconds, got {prefetch_timeout!r}")
+        if isinstance(tool_budget, bool) or not isinstance(tool_budget, int) or tool_budget < 0:
+            raise InvalidArgumentError(f"tool_budget must be a whole number of tokens >= 0, got {tool_budget!r}")
         self.home = Path(home).expanduser() if home is not None else default_home()
+        self.tool_budget = tool_budget
+        #: What the external provider's exposed tools cost (None without an external provider).
+        self.tool_budget_report: ToolBudget | None = None
         self.strict = strict
         self.prefetch_timeout = float(prefetch_timeout)
         self.tool_timeout = float(tool_timeout)
@@ -119,11 +129,15 @@ class MemoryManager:
         """The built-in provider, then the external one if any."""
         return [self.builtin] + ([self.external] if self.external is not None else [])
 
-    def add_provider(self, provider: MemoryProvider) -> bool:
+    def add_provider(self, provider: MemoryProvider, *, tools: Sequence[str] | None = None) -> bool:
         """Add the external provider. Returns False (and logs why) when it cannot join.
 
-        A second external provider is refused with a warning naming the active one; with ``strict=True``
-        it raises :class:`ProviderConflictError` instead.
+        ``tools`` names which of the provider's tools the model gets (default: all it offers; ``[]``: none, recall
+        and sync only). A name the provider does not offer raises :class:`ConfigError`.
+
+        A second external provider is refused with a warning naming the active one, and so is a provider whose
+        exposed tool schemas cost more than ``tool_budget`` tokens; with ``strict=True`` both raise
+        :class:`ProviderConflictError` instead.
         """
         if not isinstance(provider, MemoryProvider):
             raise ArgumentTypeError(f"add_provider() takes a MemoryProvider instance, got {type(provider).__name__}")
@@ -153,16 +167,26 @@ class MemoryManager:
         except Exception as exc:
             log.warning("external memory provider %r not registered: tool_schemas() raised %s", name, exc)
             return False
-        if len(schemas) > MAX_EXTERNAL_TOOLS:
+        try:
+            exposed = select_tools(schemas, tools, provider=name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        shown = {s.name for s in exposed}
+        hidden = [s.name for s in schemas if s.name not in shown]
+        budget = measure_tools(exposed, self.tool_budget, hidden)
+        if not budget.fits:
             message = (
-                f"refused external memory provider {name!r}: it exposes {len(schemas)} tools, more than the "
-                f"{MAX_EXTERNAL_TOOLS} allowed"
+                f"refused external memory provider {name!r}: its tool schemas cost {budget.describe()}, over the "
+                f"tool budget (every tool is sent with every request). Expose fewer tools with 'tools: [...]' in its "
+                f"config section (add_provider(p, tools=[...])), or raise memory.tool_budget"
             )
             if self.strict:
                 raise ProviderConflictError(message)
             log.warning(message)
             return False
+        schemas = exposed
         self.external = provider
+        self.tool_budget_report = budget
         self._health[name] = ProviderHealth(name, "external")
         self._guard = Guard(provider, self._health[name])
         self._rebuild_tools(schemas)
@@ -183,6 +207,7 @@ class MemoryManager:
         if guard is not None:
             guard.call("shutdown", old.shutdown, None, timeout=self.tool_timeout)
         self.external, self._guard = None, None
+        self.tool_budget_report = None
         self._health.pop(name, None)
         self._rebuild_tools()
         return True
@@ -342,6 +367,14 @@ class MemoryManager:
                     entry.update({k: v for k, v in describe().items() if k not in entry})
                 except Exception as exc:  # status must work even when a provider's report does not
                     entry["status_info_error"] = f"{type(exc).__name__}: {exc}"
+            details = getattr(provider, "status", None) if provider is self.external else None
+            if callable(details):  # optional, no network: what the provider is configured to talk to
+                try:
+                    info = details()
+                    if isinstance(info, dict):
+                        entry["details"] = info
+                except Exception as exc:  # a status page must not fail because of a provider
+                    entry["details"] = {"error": f"{type(exc).__name__}: {exc}"}
             providers.append(entry)
         return {
             "home": str(self.home),
@@ -350,7 +383,14 @@ class MemoryManager:
             "users": self.builtin.known_scopes(),
             "turns_indexed": self.builtin.index.turn_count(),
             "snapshot_hash": self.render_snapshot(scopes=scopes).hash,
+            "tool_budget": self.tool_budget_status(),
         }
+
+    def tool_budget_status(self) -> dict[str, Any]:
+        """The external tool budget: the limit, and what the external provider's exposed tools use of it."""
+        if self.tool_budget_report is not None:
+            return self.tool_budget_report.to_dict()
+        return {"limit": self.tool_budget, "used": 0, "fits": True, "tools": {}}
 
     def health(self, name: str) -> ProviderHealth:
         return self._health[name]

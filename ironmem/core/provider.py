@@ -94,7 +94,7 @@ class MemoryProvider(ABC):
 
     @abstractmethod
     def tool_schemas(self) -> list[ToolSchema]:
-        """The tools this provider exposes (an external provider should expose 1 to 4)."""
+        """The tools this provider offers; an external one must fit the token budget (:mod:`ironmem.core.budget`)."""
 
     # -- optional hooks ---------------------------------------------------------------------------
     def system_prompt_block(self) -> str:

@@ -22,7 +22,8 @@ What is checked (names of the checks in :data:`CHECKS`):
 
 - ``name``: a non-empty lowercase name (letters, digits, ``_``, ``-``), not ``builtin``.
 - ``available``: ``is_available()`` returns the bool True for a configured provider, quickly.
-- ``tool_count``: 1 to 4 tools (rule 1 keeps the tool budget small).
+- ``tool_budget``: at least one tool, and the tools' schemas together fit the default token budget
+  (:data:`~ironmem.core.budget.DEFAULT_TOOL_BUDGET`; rule 1 keeps what every request carries small).
 - ``tool_schemas``: ToolSchema objects with valid, unique names (no clash with the built-in ``memory`` and
   ``session_search``), descriptions, and a JSON Schema object for the parameters: ``type: object``, described
   properties, ``required`` naming existing properties (and a valid schema for jsonschema when installed).
@@ -48,8 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.budget import DEFAULT_TOOL_BUDGET, measure_tools
 from ..core.errors import InvalidArgumentError, IronMemError
-from ..core.manager import MAX_EXTERNAL_TOOLS, MemoryManager
+from ..core.manager import MemoryManager
 from ..core.provider import MemoryProvider, ToolSchema
 
 __all__ = [
@@ -102,6 +104,7 @@ class ContractSettings:
     keyword: str = "Verdon"
     scoped_by_user: bool = True
     prefetch_timeout: float = 30.0
+    tool_budget: int = DEFAULT_TOOL_BUDGET
 
 
 class _Fail(IronMemError):
@@ -174,13 +177,15 @@ def check_available(factory: ProviderFactory, workdir: Path, settings: ContractS
         provider.shutdown()
 
 
-def check_tool_count(factory: ProviderFactory, workdir: Path, settings: ContractSettings) -> None:
+def check_tool_budget(factory: ProviderFactory, workdir: Path, settings: ContractSettings) -> None:
     provider = _new(factory, workdir)
     try:
-        count = len(_schemas(provider))
-        _require(1 <= count <= MAX_EXTERNAL_TOOLS,
-                 f"exposes {count} tools; an external provider must expose 1 to {MAX_EXTERNAL_TOOLS} "
-                 "(rule 1: every tool is sent with every request). Merge tools or drop some")
+        schemas = _schemas(provider)
+        _require(len(schemas) >= 1, "exposes no tools; an external provider offers at least one (config may hide it)")
+        budget = measure_tools([s for s in schemas if isinstance(s, ToolSchema)], settings.tool_budget)
+        _require(budget.fits,
+                 f"its {len(schemas)} tool schemas cost {budget.describe()}, over the default tool budget "
+                 "(rule 1: every tool is sent with every request). Shorten descriptions, merge tools or offer fewer")
     finally:
         provider.shutdown()
 
@@ -436,7 +441,7 @@ def check_shutdown(factory: ProviderFactory, workdir: Path, settings: ContractSe
 CHECKS: dict[str, Callable[[ProviderFactory, Path, ContractSettings], None]] = {
     "name": check_name,
     "available": check_available,
-    "tool_count": check_tool_count,
+    "tool_budget": check_tool_budget,
     "tool_schemas": check_tool_schemas,
     "tool_calls": check_tool_calls,
     "unknown_tool": check_unknown_tool,
@@ -518,8 +523,8 @@ class ProviderContract:
     def test_contract_available(self, tmp_path: Path) -> None:
         self._check("available", tmp_path)
 
-    def test_contract_tool_count(self, tmp_path: Path) -> None:
-        self._check("tool_count", tmp_path)
+    def test_contract_tool_budget(self, tmp_path: Path) -> None:
+        self._check("tool_budget", tmp_path)
 
     def test_contract_tool_schemas(self, tmp_path: Path) -> None:
         self._check("tool_schemas", tmp_path)

@@ -1,0 +1,380 @@
+"""Start and stop the real local memory servers the provider integration tests talk to.
+
+Each server runs in its own venv under ``$IRONMEM_VENVS`` (default ``/opt/ironmem-venvs``; made by
+``tools/install_servers.sh``), bound to 127.0.0.1 on a free port, with a bounded start-up time, and is always
+stopped (context managers; pytest fixtures use them). A server whose venv is absent raises
+:class:`ServerUnavailable`, which the fixtures turn into a skip that names the install command.
+
+- :class:`EmbeddingServer`: ``tools/embedding_server.py`` (all-MiniLM-L6-v2 int8 ONNX from PyPI; no downloads).
+- :class:`HindsightServer`: ``hindsight-api`` with its embedded PostgreSQL (pg0), LLM provider ``none``, reranker
+  ``rrf`` and the embedding server above. PostgreSQL's initdb refuses root, so as root the server runs as the
+  system user ``ironmem-test`` (``setpriv``); its pg0 data lives in a fresh folder per server.
+- :class:`OpenVikingServer`: ``openviking-server`` with a generated ``ov.conf`` (local storage, no auth, the
+  embedding server above as an OpenAI-style dense embedder, no VLM).
+- :class:`DelayProxy`: a loopback TCP proxy that holds each connection for ``delay`` seconds (slow-server tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = Path(os.environ.get("IRONMEM_VENVS", "/opt/ironmem-venvs"))
+TEST_USER = "ironmem-test"
+INSTALL_HINT = "bash tools/install_servers.sh"
+
+
+class ServerUnavailable(RuntimeError):
+    """The server cannot run here (venv missing, start-up failed); the message says why and what to do."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def venv_python(name: str) -> Path:
+    python = VENVS / name / "bin" / "python"
+    if not python.exists():
+        raise ServerUnavailable(f"the {name!r} server venv is not installed at {VENVS / name}; run: {INSTALL_HINT}")
+    return python
+
+
+class _Process:
+    """A server process in its own process group, stopped with SIGTERM then SIGKILL."""
+
+    name = "server"
+    start_timeout = 120.0
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"ironmem-{self.name}-"))
+        self.log_path = self.workdir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, argv: list[str], env: dict[str, str], *, cwd: Path | None = None) -> None:
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(argv, env=env, cwd=str(cwd or self.workdir), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+
+    def _wait_ready(self, path: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise ServerUnavailable(f"{self.name} exited with code {self.proc.returncode} during start-up:\n{self.log_tail()}")
+            try:
+                if _get(self.url + path) == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise ServerUnavailable(f"{self.name} did not answer {path} within {self.start_timeout:g}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """Kill the server abruptly (SIGKILL to its process group), as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._after_stop()
+
+    def _after_stop(self) -> None:
+        pass
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Any:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.cleanup()
+
+    def start(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class EmbeddingServer(_Process):
+    """all-MiniLM-L6-v2 behind ``POST /v1/embeddings`` on 127.0.0.1 (``tools/embedding_server.py``)."""
+
+    name = "embeddings"
+    start_timeout = 90.0
+    model = "all-MiniLM-L6-v2"
+    dimensions = 384
+
+    def start(self) -> None:
+        python = venv_python("embed")
+        self.port = free_port()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self._spawn([str(python), str(ROOT / "tools" / "embedding_server.py"), "--port", str(self.port)], env)
+        self._wait_ready("/health")
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+
+def _unprivileged() -> tuple[list[str], int | None, int | None]:
+    """argv prefix (and uid/gid) to drop root for the server; empty when not root."""
+    if os.geteuid() != 0:
+        return [], None, None
+    try:
+        user = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        raise ServerUnavailable(
+            f"running as root, and the unprivileged user {TEST_USER!r} that runs PostgreSQL does not exist; "
+            f"run: {INSTALL_HINT}") from None
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise ServerUnavailable("running as root and setpriv (util-linux) is missing: apt-get install util-linux")
+    return ([setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"], user.pw_uid, user.pw_gid)
+
+
+class HindsightServer(_Process):
+    """``hindsight-api`` on 127.0.0.1 with embedded PostgreSQL, no LLM, RRF reranking, local embeddings."""
+
+    name = "hindsight"
+    start_timeout = 180.0
+
+    def __init__(self, embeddings: EmbeddingServer) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+        self.instance = f"ironmem{os.getpid()}x{free_port()}"
+        self.pg_port = 0
+        self._uid: int | None = None
+
+    def _home(self) -> Path:
+        """pg0 unpacks PostgreSQL under $HOME/.pg0 once; a shared home keeps later start-ups fast."""
+        shared = VENVS / "home"
+        if self._uid is not None:
+            usable = shared.is_dir() and shared.stat().st_uid == self._uid
+        else:
+            usable = shared.is_dir() and os.access(shared, os.W_OK)
+        return shared if usable else self.workdir
+
+    def start(self) -> None:
+        python = venv_python("hindsight")
+        prefix, uid, gid = _unprivileged()
+        self._uid = uid
+        if uid is not None:
+            os.chown(self.workdir, uid, gid if gid is not None else -1)
+            os.chmod(self.workdir, 0o700)
+        self.port, self.pg_port = free_port(), free_port()
+        home = self._home()
+        env = {
+            "PATH": f"{python.parent}:/usr/bin:/bin",
+            "HOME": str(home),
+            "HINDSIGHT_API_HOST": "127.0.0.1",
+            "HINDSIGHT_API_PORT": str(self.port),
+            "HINDSIGHT_API_DATABASE_URL": f"pg0://{self.instance}:{self.pg_port}",
+            "HINDSIGHT_API_LLM_PROVIDER": "none",
+            "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
+            "HINDSIGHT_API_EMBEDDINGS_PROVIDER": "openai",
+            "HINDSIGHT_API_EMBEDDINGS_OPENAI_BASE_URL": self.embeddings.base_url,
+            "HINDSIGHT_API_EMBEDDINGS_OPENAI_API_KEY": "local-no-key",
+            "HINDSIGHT_API_EMBEDDINGS_OPENAI_MODEL": self.embeddings.model,
+            "HINDSIGHT_API_EMBEDDINGS_OPENAI_DIMENSIONS": str(self.embeddings.dimensions),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TMPDIR": str(self.workdir),
+            "HINDSIGHT_API_WORKER_ID": f"ironmem-test-{self.instance}",
+        }
+        argv = [*prefix, str(python.parent / "hindsight-api"), "--host", "127.0.0.1", "--port", str(self.port)]
+        self._spawn(argv, env)
+        self._wait_ready("/health")
+
+    def _after_stop(self) -> None:
+        # The server stops its PostgreSQL on a clean exit; after a kill, stop it by its pid file and drop the data.
+        for pid_file in (self._home() / ".pg0" / "instances" / self.instance).glob("**/postmaster.pid"):
+            with contextlib.suppress(Exception):
+                pid = int(pid_file.read_text().splitlines()[0])
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(50):
+                    os.kill(pid, 0)
+                    time.sleep(0.1)
+        shutil.rmtree(self._home() / ".pg0" / "instances" / self.instance, ignore_errors=True)
+
+
+class OpenVikingServer(_Process):
+    """``openviking-server`` on 127.0.0.1: local workspace, no auth, the loopback embedder, no VLM."""
+
+    name = "openviking"
+    start_timeout = 180.0
+
+    def __init__(self, embeddings: EmbeddingServer) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "server": {"host": "127.0.0.1", "port": self.port},
+            "storage": {"workspace": str(self.workdir / "workspace")},
+            "embedding": {"dense": {
+                "provider": "openai",
+                "model": self.embeddings.model,
+                "api_base": self.embeddings.base_url,
+                "api_key": "local-no-key",
+                "dimension": self.embeddings.dimensions,
+                "input": "text",
+            }},
+        }
+
+    def start(self) -> None:
+        python = venv_python("openviking")
+        self.port = free_port()
+        conf = self.workdir / "ov.conf"
+        conf.write_text(json.dumps(self.config(), indent=2))
+        env = {
+            "PATH": f"{python.parent}:/usr/bin:/bin",
+            "HOME": str(self.workdir),
+            "OPENVIKING_CONFIG_FILE": str(conf),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        argv = [str(python.parent / "openviking-server"), "--config", str(conf), "--host", "127.0.0.1",
+                "--port", str(self.port)]
+        self._spawn(argv, env)
+        self._wait_ready("/health")
+
+
+class DelayProxy:
+    """A loopback TCP proxy to ``target_port`` that waits ``delay`` seconds before relaying each connection.
+
+    Example:
+        >>> with DelayProxy(9, delay=0.0) as proxy:  # doctest: +SKIP
+        ...     proxy.url
+    """
+
+    def __init__(self, target_port: int, delay: float) -> None:
+        self.target_port = target_port
+        self.delay = delay
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = int(self._server.getsockname()[1])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="delay-proxy", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        self._server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        if self._stop.wait(self.delay):
+            client.close()
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+        except OSError:
+            client.close()
+            return
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while chunk := src.recv(65536):
+                    dst.sendall(chunk)
+            except OSError:
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    dst.shutdown(socket.SHUT_WR)
+
+        other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        other.start()
+        pump(client, upstream)
+        other.join(30)
+        client.close()
+        upstream.close()
+
+    def __enter__(self) -> DelayProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._server.close()
+        self._thread.join(2)
+
+
+@contextlib.contextmanager
+def running(server: _Process) -> Iterator[Any]:
+    with server:
+        yield server
+
+
+if __name__ == "__main__":  # manual use: python tests/servers.py hindsight|openviking
+    which = sys.argv[1] if len(sys.argv) > 1 else "hindsight"
+    with EmbeddingServer() as emb:
+        cls = HindsightServer if which == "hindsight" else OpenVikingServer
+        with cls(emb) as srv:
+            print(f"{which} on {srv.url} (embeddings {emb.base_url}); Ctrl-C stops", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(1)

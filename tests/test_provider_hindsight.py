@@ -1,0 +1,257 @@
+"""HindsightProvider against a real Hindsight server (embedded PostgreSQL, no LLM, MiniLM embeddings on loopback).
+
+The server tests skip with the reason when the server venv is missing (``bash tools/install_servers.sh``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hindsight_client")
+
+from servers import DelayProxy, EmbeddingServer, HindsightServer, ServerUnavailable, free_port
+
+from ironmem import ConfigError, MemoryManager
+from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
+from ironmem.core.config import load_config, manager_from_config
+from ironmem.providers.hindsight import HindsightProvider, HindsightSettings
+from ironmem.testing.provider_contract import ProviderContract
+
+
+def bank_of(path: Path) -> str:
+    """A bank name unique to one test folder, so tests sharing the server never see each other's facts."""
+    return "t" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------------
+# Without a server: settings, config, tools
+# --------------------------------------------------------------------------------------------------
+def test_hermes_keys_map_and_unsupported_ones_say_why(caplog: pytest.LogCaptureFixture) -> None:
+    s = HindsightSettings.model_validate({"recall_types": "world, observation", "recall_tags": "a,b",
+                                          "bank_id_template": "hermes-{user}", "recall_prefetch_method": "recall"})
+    assert s.recall_types == ["world", "observation"] and s.recall_tags == ["a", "b"]
+    with caplog.at_level(logging.WARNING):
+        HindsightSettings.model_validate({"recall_indicator": False})
+    assert "recall_indicator is ignored" in caplog.text
+    for bad, needle in (({"llm_provider": "openai"}, "HINDSIGHT_API_LLM_PROVIDER"),
+                        ({"mode": "local_embedded"}, "local_external"),
+                        ({"recall_prefetch_method": "reflect"}, "needs an LLM"),
+                        ({"recall_types": "facts"}, "recall_types"),
+                        ({"bank_id_template": "{profile}"}, "bank_id_template"),
+                        ({"api_url": "localhost:8888"}, r"http\(s\) URL")):
+        with pytest.raises(ValueError, match=needle):
+            HindsightSettings.model_validate(bad)
+
+
+def test_bank_per_user_and_empty_placeholders_collapse() -> None:
+    p = HindsightProvider()
+    assert p.bank_for("alice") == "ironmem-alice"
+    assert p.bank_for("") == "ironmem"
+    assert p.bank_for("a/b") != p.bank_for("a_b")  # odd ids keep a hash, so they stay distinct
+    assert HindsightProvider(bank_id_template="{bank_id}-{session}").bank_for("u", "s1") == "ironmem-s1"
+
+
+def test_tools_fit_the_budget_and_memory_mode_controls_them() -> None:
+    assert [t.name for t in HindsightProvider().tool_schemas()] == ["hindsight_retain", "hindsight_recall"]
+    with_reflect = HindsightProvider(reflect=True).tool_schemas()
+    assert measure_tools(with_reflect, DEFAULT_TOOL_BUDGET).fits
+    assert HindsightProvider(memory_mode="context").tool_schemas() == []
+
+
+def test_config_section_in_the_article_and_hermes_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HINDSIGHT_API_KEY", "hs-secret-key")
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "memory:\n  home: mem\n  provider: hindsight\n"
+        "hindsight:\n  api_url: http://127.0.0.1:9\n  bank_id: team\n  recall_types: world,experience\n"
+        "  tools: [hindsight_recall]\n"
+    )
+    config = load_config(path)
+    assert config.provider == "hindsight" and config.provider_tools == ["hindsight_recall"]
+    assert config.provider_settings.api_key.get_secret_value() == "hs-secret-key"
+    manager = manager_from_config(path)  # no request is made: the server may be down
+    try:
+        assert [s.name for s in manager.tool_schemas() if s.provider == "hindsight"] == ["hindsight_recall"]
+        assert manager.status()["tool_budget"]["hidden"] == ["hindsight_retain"]
+    finally:
+        manager.close()
+    path.write_text("memory:\n  provider: hindsight\nhindsight:\n  tools: [hindsight_forget]\n")
+    with pytest.raises(ConfigError, match="no tool"):
+        manager_from_config(path).close()
+
+
+def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=dead, timeout=5),
+                       prefetch_timeout=5) as manager:
+        session = manager.start_session("down", user_id="u1")
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
+        recall = session.prefetch("What tea do I like?")
+        assert "hindsight" not in {i.source for i in recall.items} and "green tea" in recall.fenced()
+        status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
+        assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
+        assert status["details"]["url"] == dead
+        result = json.loads(session.handle_tool_call("hindsight_recall", {"query": "tea"}))
+        assert result["success"] is False and "not reachable" in result["error"]
+        session.end()
+
+
+# --------------------------------------------------------------------------------------------------
+# Against the real server
+# --------------------------------------------------------------------------------------------------
+class TestHindsightContract(ProviderContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, hindsight_server: HindsightServer) -> None:
+        self.server = hindsight_server
+
+    def make_provider(self, tmp_path: Path) -> HindsightProvider:
+        return HindsightProvider(api_url=self.server.url, bank_id=bank_of(tmp_path))
+
+
+def test_retain_recall_tools_and_mirrored_writes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
+    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
+        session = manager.start_session("s1", user_id="ada")
+        stored = json.loads(session.handle_tool_call(
+            "hindsight_retain", {"content": "Ada's sister Grace lives in Lisbon", "tags": ["family"]}))
+        assert stored == {"success": True, "retained": True, "bank_id": f"{bank_of(tmp_path)}-ada"}
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ada is vegetarian"})
+        manager.drain()
+        found = json.loads(session.handle_tool_call("hindsight_recall", {"query": "Where does Grace live?"}))
+        assert found["success"] and any("Lisbon" in r["text"] for r in found["results"])
+        assert "family" in next(r for r in found["results"] if "Lisbon" in r["text"])["tags"]
+        mirrored = provider.recall("What does Ada eat?", session_id="s1")
+        assert any("vegetarian" in f["text"] for f in mirrored)
+        bad = json.loads(session.handle_tool_call("hindsight_retain", {"content": "  "}))
+        assert bad["success"] is False and "content" in bad["error"]
+        session.end()
+        assert manager.health("hindsight").state == "active"
+        assert provider.health()["ok"] is True
+
+
+def test_secrets_are_masked_before_they_reach_the_server(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
+    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
+        session = manager.start_session("s1", user_id="ada")
+        session.sync_turn(f"My deploy key for the billing service is {secret}", "I will keep it safe.")
+        session.end()
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))  # the manager shut the first
+    provider.initialize("s2", user_id="ada")
+    facts = provider.recall("deploy key for the billing service", session_id="s2", limit=10)
+    provider.shutdown()
+    assert facts and all(secret not in f["text"] for f in facts)
+    assert any("billing service" in f["text"] for f in facts)
+
+
+def test_every_n_turns_buffers_and_session_end_flushes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path), retain_every_n_turns=3)
+    provider.initialize("s1", user_id="bo")
+    provider.sync_turn("My boat is called Petrel", "Nice name.", session_id="s1")
+    assert provider.recall("What is my boat called?", session_id="s1") == []
+    provider.on_session_end("s1")
+    provider.initialize("s2", user_id="bo")
+    assert any("Petrel" in f["text"] for f in provider.recall("What is my boat called?", session_id="s2"))
+    provider.shutdown()
+    provider.shutdown()
+
+
+async def test_async_twins_run_on_the_callers_loop(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
+    provider.initialize("s1", user_id="cy")
+    await provider.async_turn("I keep bees in my garden in Ghent", "Lovely.", session_id="s1")
+    recalled = await provider.aprefetch("Where do I keep bees?", session_id="s1")
+    assert any("bees" in text for text in recalled)
+    assert json.loads(await provider.ahandle_tool_call("hindsight_recall", {"query": "bees"}))["success"]
+    provider.shutdown()
+
+
+def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(hindsight_server: HindsightServer,
+                                                                 tmp_path: Path) -> None:
+    bank = bank_of(tmp_path)
+    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
+                       prefetch_timeout=30) as manager:
+        first = manager.start_session("monday", user_id="dee")
+        first.sync_turn("My daughter's piano recital is on the 14th of June", "I'll remember that.")
+        first.end()
+    # A new process would build a new manager and provider: nothing is shared but the server.
+    with MemoryManager(home=tmp_path / "home2", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
+                       prefetch_timeout=30) as manager:
+        second = manager.start_session("tuesday", user_id="dee")
+        recall = second.prefetch("When is the piano recital?")
+        fenced = recall.fenced()
+        assert fenced.startswith("<memory-context>") and "14th of June" in fenced
+        assert any(i.source == "hindsight" and "recital" in i.text for i in recall.items)
+        second.end()
+
+
+def test_end_to_end_through_the_langchain_middleware(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    pytest.importorskip("langchain.agents")
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from ironmem.adapters.langchain import IronMemoryMiddleware
+    from ironmem.testing.langchain import ScriptedChatModel
+
+    bank = bank_of(tmp_path)
+    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
+                       prefetch_timeout=30) as manager:
+        model = ScriptedChatModel(["Noted: the spare key is under the blue flowerpot.", "Under the blue flowerpot."])
+        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
+        agent.invoke({"messages": [("user", "The spare house key is under the blue flowerpot.")]},
+                     {"configurable": {"thread_id": "one"}})
+        manager.drain()
+        agent.invoke({"messages": [("user", "Where did I leave the spare key?")]},
+                     {"configurable": {"thread_id": "two"}})
+        last = [m for m in model.requests[-1].messages if m.type == "human"][-1].text
+        assert last.startswith("<memory-context>") and "blue flowerpot" in last
+        names = model.requests[-1].tool_names
+        assert "hindsight_recall" in names and "hindsight_retain" in names
+
+
+def test_slow_server_past_the_prefetch_timeout(hindsight_server: HindsightServer, tmp_path: Path) -> None:
+    with DelayProxy(hindsight_server.port, delay=4.0) as proxy:
+        provider = HindsightProvider(api_url=proxy.url, bank_id=bank_of(tmp_path), timeout=20)
+        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=1.0) as manager:
+            session = manager.start_session("slow", user_id="eve")
+            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Deploys run on Fridays"})
+            started = time.monotonic()
+            recall = session.prefetch("When do deploys run?")
+            assert time.monotonic() - started < 3.0
+            assert "Fridays" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
+            status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
+            assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
+            session.end()
+
+
+def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: Path) -> None:
+    try:
+        server = HindsightServer(embedding_server)
+        server.__enter__()
+    except ServerUnavailable as exc:
+        pytest.skip(f"hindsight server unavailable: {exc}")
+    try:
+        provider = HindsightProvider(api_url=server.url, bank_id=bank_of(tmp_path), timeout=60)
+        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
+            session = manager.start_session("crash", user_id="fay")
+            session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
+            manager.drain()
+            assert any(i.source == "hindsight" for i in session.prefetch("wifi password hint").items)
+            server.kill()
+            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Router is in the attic"})
+            recall = session.prefetch("Where is the router?")
+            assert "attic" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
+            session.sync_turn("Thanks", "Any time.")  # queued in the background; fails there, not here
+            assert manager.drain(30)
+            status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
+            assert status["state"] == "degraded" and "not reachable" in status["reason"]
+            assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
+            session.end()
+    finally:
+        server.__exit__(None, None, None)
