@@ -26,7 +26,7 @@ from ironmem.core.fence import find_forgeries
 from .encoded import _ROT13_HINTS, decoded_payloads
 from .engine import match_rules
 from .hidden import hidden_findings, homoglyph_findings
-from .model import load_model
+from .model import LinearModel, load_model
 from .normalize import normalize
 from .result import Finding, ScanResult
 
@@ -52,7 +52,9 @@ def _leet_hints(skel: str) -> int:
     return shape.count("a1a") + shape.count(" 1aa") + shape.count("aa1 ")
 
 
-def _content(text: str, context: str, depth: int) -> tuple[bool, list[Finding], list[Finding], float]:
+def _content(
+    text: str, context: str, depth: int, model: LinearModel | None
+) -> tuple[bool, list[Finding], list[Finding], float]:
     """(blocked, blocking findings, weak findings, model score) for the text content (not hidden chars)."""
     v = normalize(text)
     view = v.skel
@@ -63,7 +65,6 @@ def _content(text: str, context: str, depth: int) -> tuple[bool, list[Finding], 
     if depth == 0 and len(view) < 200_000 and _leet_hints(view) >= 3:
         seen = {m.rule.id for m in matches}
         matches += [m for m in match_rules(view.translate(_LEET_TABLE), context=context) if m.rule.id not in seen]
-    model = load_model()
     score = model.score(view) if model is not None else 0.0
     strong: list[Finding] = []
     weak: list[Finding] = []
@@ -93,7 +94,7 @@ def _content(text: str, context: str, depth: int) -> tuple[bool, list[Finding], 
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
         for kind, s, span in inner[:50]:
-            sub_blocked, sub_f, _, _ = _content(s, context, depth + 1)
+            sub_blocked, sub_f, _, _ = _content(s, context, depth + 1, model)
             if sub_blocked:
                 top = sub_f[0]
                 blocking.append(
@@ -116,6 +117,10 @@ def _content(text: str, context: str, depth: int) -> tuple[bool, list[Finding], 
 
 
 def scan(text: str, context: ScanContext = "write") -> ScanResult:
+    return scan_with_model(text, context, load_model())
+
+
+def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) -> ScanResult:
     """Scan ``text`` for prompt injection, exfiltration, hidden text and fence forgery.
 
     ``context`` is ``"write"`` (a memory write or a snapshot render: strict) or ``"recall"`` (recalled
@@ -142,9 +147,9 @@ def scan(text: str, context: ScanContext = "write") -> ScanResult:
     for s, e, kind in find_forgeries(text):
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
-    blocked, blocking, weak, _score = _content(text, context, 0)
+    blocked, blocking, weak, _score = _content(text, context, 0, model)
     if hidden_text.strip():
-        sub_blocked, sub_f, _, _ = _content(hidden_text, context, 1)
+        sub_blocked, sub_f, _, _ = _content(hidden_text, context, 1, model)
         if sub_blocked:
             said = ", ".join(sorted({f.category for f in sub_f}))
             findings = [
@@ -157,3 +162,6 @@ def scan(text: str, context: ScanContext = "write") -> ScanResult:
         return ScanResult(True, tuple(ordered))
     weak.sort(key=lambda f: (f.span[0], f.span[1], f.category, f.rule))
     return ScanResult(False, tuple(weak))
+
+
+scan.__doc__ = scan_with_model.__doc__
