@@ -52,6 +52,34 @@ def _leet_hints(skel: str) -> int:
     return shape.count("a1a") + shape.count(" 1aa") + shape.count("aa1 ")
 
 
+# A known attack phrase inside a note ABOUT attacks ("injections tell the model to ignore previous
+# instructions") is a mention, not a use: the rule's finding becomes a weak signal there.
+_META_RE = re.compile(
+    r"(?:injection|jailbreak|attack|attacker|payload|malicious|adversar|red team|red-team|phishing|example of|"
+    r"such as|e\.g\.|for instance|phrases like|strings like|patterns like|the classic|known as|"
+    r"(?:tells?|asks?|tricks?|makes?|told|asked|tricked|try to get|tries to get) (?:the |an? )?(?:model|llm|ai|agent|assistant)s? (?:to|into)|"
+    r"prompt-injection|we scan|detects?|detection|block(?:s|ed)?|flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
+    r"注入|攻击|越狱|インジェクション|攻撃|인젝션|공격|inyecci|angriff|injektion|атак|инъекц|saldır|هجوم|حقن)"
+)
+_MENTION_CATS = {"instruction_override", "role_hijack", "prompt_extraction", "concealment", "secret_harvesting"}
+_QUOTES = "\"'“”‘’`«»「」『』"
+_TERMS = ".!?\n。！？"
+
+
+def _is_mention(view: str, span: tuple[int, int]) -> bool:
+    s, e = span
+    lo = max(0, s - 160)
+    cut = max(view.rfind(t, lo, s) for t in _TERMS)
+    before = view[(cut + 1 if cut >= 0 else lo) : s]
+    hi = min(len(view), e + 80)
+    ends = [i for i in (view.find(t, e, hi) for t in _TERMS) if i >= 0]
+    after = view[e : min(ends) if ends else hi]
+    if _META_RE.search(before) or _META_RE.search(after[:60]):
+        return True
+    # quoted: an opening quote shortly before and a closing one shortly after
+    return any(q in before[-12:] for q in _QUOTES) and any(q in after[:12] for q in _QUOTES)
+
+
 def _content(
     text: str, context: str, depth: int, model: LinearModel | None
 ) -> tuple[bool, list[Finding], list[Finding], float]:
@@ -71,7 +99,7 @@ def _content(
     weak_count: dict[str, int] = {}
     for m in matches:
         f = Finding(m.rule.category, m.rule.id, m.span, m.excerpt)
-        if m.rule.weight >= 2:
+        if m.rule.weight >= 2 and not (m.rule.category in _MENTION_CATS and _is_mention(view, m.span)):
             strong.append(f)
         else:
             weak.append(f)
