@@ -19,7 +19,8 @@ the text, never against the raw characters, so a pattern written once for ``memo
    fillers U+115F, U+1160, U+3164, U+FFA0, ...; the property comes from the ``regex`` module's Unicode
    database), then NFKD, combining marks dropped, case folded, and the UTS #39 confusable *skeleton* mapping
    applied from Unicode's own ``confusables.txt`` (vendored in ``ironmem/core/data/`` with its licence;
-   ``tools/update_confusables.py`` refreshes it), repeated until stable. The letters ``i`` and ``l`` (and with
+   ``tools/update_confusables.py`` refreshes it), repeated until stable. Punctuation whose prototype is not
+   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET ``[``). The letters ``i`` and ``l`` (and with
    them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter ``i``: UTS #39 keeps them apart only by case.
    A non-letter whose skeleton is ``l`` (``∣``, ``｜``, ``│`` ...) is a vertical bar ``|``.
 4. **Separators**: every character that is neither a letter, a digit nor one of the *structural* characters
@@ -386,6 +387,32 @@ def _fold_core(ch: str, other_case: bool = True) -> str:
     return cur
 
 
+def _structural_by_name(ch: str) -> str:
+    """The structural character a punctuation mark or symbol stands for, read from its Unicode name.
+
+    confusables.txt does not relate every bracket to ASCII (``〈`` LEFT ANGLE BRACKET, ``«``, ``【``,
+    ``⦃``); their names do: LEFT/RIGHT + ANGLE (bracket, quotation mark, chevron), SQUARE-like BRACKET, CURLY
+    BRACKET, VERTICAL LINE/BAR, SOLIDUS/SLASH, COLON.
+    """
+    name = unicodedata.name(ch, "")
+    if not name or unicodedata.category(ch)[0] not in ("P", "S"):
+        return ""
+    side = 0 if "LEFT" in name else 1 if "RIGHT" in name else -1
+    if "ANGLE" in name or "CHEVRON" in name:
+        return "<>"[side] if side >= 0 else ""
+    if "CURLY BRACKET" in name:
+        return "{}"[side] if side >= 0 else ""
+    if "BRACKET" in name and "PARENTHESIS" not in name:
+        return "[]"[side] if side >= 0 else ""
+    if "VERTICAL LINE" in name or "VERTICAL BAR" in name:
+        return "|"
+    if "SOLIDUS" in name or "SLASH" in name:
+        return "/"
+    if "COLON" in name and "TRICOLON" not in name:
+        return ":"
+    return ""
+
+
 @functools.cache
 def fold_char(ch: str, spaces: bool = False) -> str:
     """The folded form of one character: "" for invisibles and (unless ``spaces``) separators.
@@ -413,8 +440,13 @@ def fold_char(ch: str, spaces: bool = False) -> str:
             return ch.lower()
         return " " if spaces else ""
     core = _fold_core(ch)
-    out: list[str] = []
+    compat = unicodedata.normalize("NFKC", ch)
+    if compat != ch and compat in STRUCTURAL and core not in STRUCTURAL:
+        core = compat  # ［ is [ by compatibility, though its UTS #39 prototype is (
     is_letter = unicodedata.category(ch)[0] in ("L", "N")
+    if not is_letter and not any(c in STRUCTURAL for c in core):
+        core = _structural_by_name(ch) or "".join(_structural_by_name(c) or c for c in core)
+    out: list[str] = []
     for c in core:
         if c in STRUCTURAL:
             out.append(c)
@@ -577,8 +609,14 @@ class Folded:
         return s, min(e, len(self.source))
 
 
-def fold_map(text: str, *, spaces: bool = False) -> Folded:
-    """Fold ``text`` (see the module docstring) and keep the way back to the original offsets."""
+def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folded:
+    """Fold ``text`` (see the module docstring) and keep the way back to the original offsets.
+
+    With ``spaces=True`` every separator character becomes one space; ``collapse`` (the default) then merges
+    runs of spaces and joins spelled-out letters. ``collapse=False`` keeps one space per separator character,
+    so offsets stay cheap on hostile input; patterns then allow ``[ \\n]*`` between letters themselves
+    (that is what the fence does).
+    """
     stages: list[_Stage | _CharStage] = []
     cur = text
     for _ in range(MAX_DECODE_ROUNDS):
@@ -595,7 +633,7 @@ def fold_map(text: str, *, spaces: bool = False) -> Folded:
         cur = out
     folded = _fold_chars(cur, spaces)
     stages.append(_CharStage(cur, spaces))
-    if spaces:
+    if spaces and collapse:
         for rx, repl in (
             (_SPACE_RUN_RE, lambda s: " " if s.strip(" ") == "" and "\n" not in s and len(s) > 1 else ""),
             (_SPACED_LETTERS_RE, lambda s: s.replace(" ", "")),
