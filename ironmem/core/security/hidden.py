@@ -156,7 +156,39 @@ def hidden_findings(text: str) -> tuple[list[Finding], str]:
     return findings, "".join(hidden_chars)
 
 
+# Latin letter next to a letter of another script, inside one word: a candidate look-alike spelling.
+_MIXED_RE = re.compile(r"[a-zA-Z][^\W\d_a-zA-Z\u00c0-\u024f]|[^\W\d_a-zA-Z\u00c0-\u024f][a-zA-Z]")
+_MAX_CANDIDATES = 200
+
+
+def _uts39_mixed(dec: str) -> list[Finding]:
+    """Mixed-script words whose UTS #39 skeleton (``ironmem.core.text``) is plain ASCII: every foreign letter
+    in them imitates a Latin one. Catches look-alikes from any script, not only those of the fast table."""
+    from ironmem.core.text import skeleton
+
+    seen = 0
+    n = len(dec)
+    for m in _MIXED_RE.finditer(dec):
+        seen += 1
+        if seen > _MAX_CANDIDATES:
+            break
+        s, e = m.start(), m.end()
+        while s > 0 and dec[s - 1].isalpha() and m.start() - s < 40:
+            s -= 1
+        while e < n and dec[e].isalpha() and e - m.end() < 40:
+            e += 1
+        word = dec[s:e]
+        sk = skeleton(word)
+        if sk != word and sk.isascii() and sk.isalpha():
+            return [Finding("homoglyph", "mixed-script-word", (s, e), word)]
+    return []
+
+
 def homoglyph_findings(v: Views) -> list[Finding]:
+    if not v.dec.isascii():
+        found = _uts39_mixed(v.dec)
+        if found:
+            return found
     for s, e in v.confusable_spans:
         w = v.dec[s:e]
         foreign = any(c in _FOREIGN_CONFUSABLES for c in w)
