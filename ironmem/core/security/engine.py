@@ -285,6 +285,7 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
 
 
 def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> tuple[int, int] | None:
+    """Search only around the anchors, in merged windows: each character is searched a bounded number of times."""
     t = tx.text
     positions: list[int] = []
     for lit in requires:
@@ -292,18 +293,17 @@ def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> t
     if not positions:
         return None
     positions.sort()
-    lo_prev = -1
+    windows: list[list[int]] = []
     for p in positions:
-        lo = max(0, p - 400)
-        if lo < lo_prev:
-            lo = lo_prev
-        hi = min(len(t), p + 700)
-        if lo >= hi:
-            continue
+        lo, hi = max(0, p - 400), min(len(t), p + 700)
+        if windows and lo <= windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], hi)
+        else:
+            windows.append([lo, hi])
+    for lo, hi in windows:
         m = rx.search(t, lo, hi)
         if m:
             return m.span()
-        lo_prev = max(lo_prev, p - 400 + 1)
     return None
 
 

@@ -61,7 +61,9 @@ _META_RE = re.compile(
     r"prompt-injection|we scan|detects?|detection|block(?:s|ed)?|flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
     r"注入|攻击|越狱|インジェクション|攻撃|인젝션|공격|inyecci|angriff|injektion|атак|инъекц|saldır|هجوم|حقن)"
 )
-_MENTION_CATS = {"instruction_override", "role_hijack", "prompt_extraction", "concealment", "secret_harvesting"}
+_MENTION_CATS = {
+    "instruction_override", "role_hijack", "prompt_extraction", "concealment", "secret_harvesting", "authority_claim"
+}
 _QUOTES = "\"'“”‘’`«»「」『』"
 _TERMS = ".!?\n。！？"
 
