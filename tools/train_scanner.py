@@ -89,7 +89,7 @@ def fit(feats: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
         return float(ll + 0.5 * np.dot(w, w) / C), g
 
     theta0 = np.zeros(len(cols) + 1)
-    res = minimize(loss, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 200})
+    res = minimize(loss, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 150})
     w = np.zeros(DIM, dtype=np.float32)
     w[cols] = res.x[:-1]
     return w, float(res.x[-1])

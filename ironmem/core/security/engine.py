@@ -39,7 +39,8 @@ _GAPS = {
     "___": r"[^\n]{0,200}?",
 }
 _CONCEPT_RE = re.compile(r"\{([a-z_][a-z_0-9]*)\}")
-_SPACELESS = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# scripts where a phrase may be glued to its neighbours (no spaces, or attached prefixes/particles as in Arabic)
+_SPACELESS = re.compile("[\u0600-\u06ff\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 class RulesError(IronMemError):
@@ -82,6 +83,14 @@ class _Phrase:
     right: bool  # needs a word boundary after it (when not star)
 
 
+def _norm_phrase(p: str) -> str:
+    from .normalize import normalize
+
+    star = p.endswith("*")
+    core = normalize(p[:-1] if star else p).skel
+    return core + ("*" if star else "")
+
+
 def _phrase(p: str) -> _Phrase:
     star = p.endswith("*")
     core = p[:-1] if star else p
@@ -106,7 +115,8 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     for name, by_lang in lexicon.items():
         phrases: set[str] = set()
         for lang_phrases in (by_lang or {}).values():
-            phrases.update(str(p).casefold() for p in lang_phrases if str(p).strip("* "))
+            # phrases are read through the same normalization as the text (casefold, look-alike skeleton)
+            phrases.update(_norm_phrase(str(p)) for p in lang_phrases if str(p).strip("* "))
         if not phrases:
             raise RulesError(f"concept {name!r} has no phrases; add at least one under a language code")
         concepts[name] = tuple(_phrase(p) for p in sorted(phrases))

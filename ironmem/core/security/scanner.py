@@ -98,22 +98,26 @@ def _content(
     score = model.score(view) if model is not None else 0.0
     strong: list[Finding] = []
     weak: list[Finding] = []
-    weak_count: dict[str, int] = {}
+    mentions: set[str] = set()
     for m in matches:
         f = Finding(m.rule.category, m.rule.id, m.span, m.excerpt)
-        if m.rule.weight >= 2 and not (m.rule.category in _MENTION_CATS and _is_mention(view, m.span)):
+        mention = m.rule.category in _MENTION_CATS and _is_mention(view, m.span)
+        if m.rule.weight >= 2 and not mention:
             strong.append(f)
         else:
             weak.append(f)
-            weak_count[m.rule.category] = weak_count.get(m.rule.category, 0) + 1
+            if mention:
+                mentions.add(m.rule.id)
     if model is not None:
         support = model.support_threshold if context == "write" else model.threshold
         alone = model.threshold if context == "write" else model.recall_threshold
     else:
         support, alone = 2.0, 2.0
     blocking = list(strong)
+    distinct_weak = {f.rule for f in weak if f.rule not in mentions}
     for f in weak:
-        if weak_count[f.category] >= 2 or score >= support:
+        # a weak signal blocks with a second one (two different rules agree) or with the model's support
+        if len(distinct_weak) >= 2 or score >= support:
             blocking.append(f)
     if not blocking and score >= alone:
         blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
