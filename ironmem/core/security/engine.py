@@ -196,6 +196,7 @@ def load_rules() -> tuple[Rule, ...]:
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
 _TERM_RE = re.compile(r"[.!?\n。！？]")
+_TOKEN_RE = re.compile(r"\w+")
 
 
 class _Text:
@@ -203,17 +204,40 @@ class _Text:
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self._tokens: set[str] | None = None
+        self._prefixes: set[str] | None = None
+        self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
         self._con: dict[str, list[tuple[int, int]]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
+
+    def _may_contain(self, lit: str) -> bool:
+        """Cheap filter before ``lit in text``: a full scan per absent literal would make the engine cost
+        (number of phrases) x (text length). Words must occur as tokens (or token prefixes), spaceless-script
+        phrases must have all their characters in the text."""
+        if _SPACELESS.search(lit) or not lit[:1].isalnum():
+            if self._chars is None:
+                self._chars = set(self.text)
+            return all(c in self._chars for c in set(lit))
+        if self._tokens is None:
+            self._tokens = set(_TOKEN_RE.findall(self.text))
+            self._prefixes = {tok[:k] for tok in self._tokens for k in range(2, min(len(tok), 12) + 1)}
+        first = _TOKEN_RE.match(lit)
+        if first is None:
+            return True
+        word = first.group(0)
+        if first.end() == len(lit) or not lit[first.end()].isspace():
+            # the literal may end inside a token ("ignor" of ignore) or continue with punctuation
+            return word in self._prefixes or word in self._tokens  # type: ignore[operator]
+        return word in self._tokens
 
     def literal(self, lit: str) -> list[int]:
         got = self._lit.get(lit)
         if got is None:
             got = []
             t = self.text
-            if lit in t:
+            if self._may_contain(lit) and lit in t:
                 i = t.find(lit)
                 while i >= 0 and len(got) < _MAX_HITS:
                     got.append(i)
@@ -271,15 +295,23 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
     if any(not o for o in others):
         return None
     starts_of = [[s for s, _ in o] for o in others]
+    memo: dict[tuple[int, int], int | None] = {}
 
     def extend(k: int, end: int) -> int | None:
         if k == len(others):
             return end
+        key = (k, end)
+        if key in memo:
+            return memo[key]
+        memo[key] = got = _extend(k, end)
+        return got
+
+    def _extend(k: int, end: int) -> int | None:
         occ, starts = others[k], starts_of[k]
         gap = seq.gaps[k]
         lo = bisect_left(starts, end - 1 if gap == "" else end)
         hi = bisect_right(starts, end + _GAP_MAX[gap])
-        for j in range(lo, min(hi, lo + 50)):
+        for j in range(lo, min(hi, lo + 12)):
             s, e = occ[j]
             if s >= end - (1 if gap == "" else 0) and tx.gap_ok(gap, end, max(s, end)):
                 got = extend(k + 1, e)

@@ -52,20 +52,13 @@ def prepare(text: str) -> str:
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.arange(n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        # P**i and P**-i mod 2**64 by repeated squaring over the bits of i (vectorized)
-        pw = np.ones(n, dtype=np.uint64)
-        ipw = np.ones(n, dtype=np.uint64)
-        base, ibase = _P, _P_INV
-        bit = 0
-        while (1 << bit) <= max(n - 1, 0):
-            sel = ((idx >> np.uint64(bit)) & np.uint64(1)).astype(bool)
-            pw[sel] *= base
-            ipw[sel] *= ibase
-            base = base * base
-            ibase = ibase * ibase
-            bit += 1
+    """P**i and P**-i modulo 2**64 for i < n (integer cumprod wraps modulo 2**64)."""
+    pw = np.empty(n, dtype=np.uint64)
+    ipw = np.empty(n, dtype=np.uint64)
+    pw[0] = ipw[0] = 1
+    if n > 1:
+        np.cumprod(np.full(n - 1, _P, dtype=np.uint64), out=pw[1:])
+        np.cumprod(np.full(n - 1, _P_INV, dtype=np.uint64), out=ipw[1:])
     return pw, ipw
 
 
@@ -136,20 +129,31 @@ def featurize(text: str) -> np.ndarray:
 
 
 def featurize_windows(text: str) -> list[np.ndarray]:
-    """Unique bucket indices per window of ``WINDOW`` characters (step ``STRIDE``), for long texts."""
+    """Unique bucket indices per window of ``WINDOW`` characters (step ``STRIDE``; texts over
+    ``LONG_TEXT`` characters use non-overlapping windows), for long texts."""
     if len(text) <= WINDOW:
         return [featurize(text)]
+    win_ids, idx = _window_features(text)
+    bounds = np.searchsorted(win_ids, np.arange(int(win_ids[-1]) + 2))
+    return [idx[bounds[w] : bounds[w + 1]] for w in range(len(bounds) - 1)]
+
+
+LONG_TEXT = 200_000
+
+
+def _window_features(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(window id, bucket) pairs, unique per window, sorted: one np.unique over the whole text."""
     idx, pos = _ngram_hashes(text)
-    n_win = (len(text) - WINDOW + STRIDE - 1) // STRIDE + 1
-    out: list[np.ndarray] = []
-    # each feature belongs to the windows whose start <= pos < start + WINDOW
-    order = np.argsort(pos, kind="stable")
-    idx, pos = idx[order], pos[order]
-    for w in range(n_win):
-        lo = np.searchsorted(pos, w * STRIDE)
-        hi = np.searchsorted(pos, w * STRIDE + WINDOW - 1)
-        out.append(np.unique(idx[lo:hi]))
-    return out
+    stride = STRIDE if len(text) <= LONG_TEXT else WINDOW
+    w_last = pos // stride  # the last window that starts at or before pos
+    keys = [w_last * DIM + idx]
+    if stride < WINDOW:  # overlapping windows: a feature also belongs to the previous window(s)
+        for back in range(1, (WINDOW + stride - 1) // stride):
+            w = w_last - back
+            ok = (w >= 0) & (pos < w * stride + WINDOW)
+            keys.append(w[ok] * DIM + idx[ok])
+    uniq = np.unique(np.concatenate(keys))
+    return uniq // DIM, uniq % DIM
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,14 @@ class LinearModel:
     def score(self, normalized: str) -> float:
         """Probability that ``normalized`` (the scanner's casefolded view) is an attack; max over windows."""
         text = prepare(normalized)
-        return max(self._prob(f) for f in featurize_windows(text))
+        if len(text) <= WINDOW:
+            return self._prob(featurize(text))
+        win, idx = _window_features(text)
+        n_win = int(win[-1]) + 1
+        sums = np.bincount(win, weights=self.weights[idx].astype(np.float64), minlength=n_win)
+        counts = np.bincount(win, minlength=n_win)
+        z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
+        return float(1.0 / (1.0 + np.exp(-float(z.max()))))
 
 
 def model_from_arrays(weights: np.ndarray, bias: float, meta: dict[str, Any]) -> LinearModel:
