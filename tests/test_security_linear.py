@@ -36,7 +36,8 @@ def test_adversarial_100k_finishes(name: str) -> None:
     t0 = time.perf_counter()
     scan(text)
     took = time.perf_counter() - t0
-    assert took < 5.0, f"{name}: {took:.2f}s for {len(text):,} chars"
+    # a generous bound: the quadratic version took minutes at this size; throughput is in the benchmark
+    assert took < 20.0, f"{name}: {took:.2f}s for {len(text):,} chars"
 
 
 def test_tag_runs_scale_linearly() -> None:

@@ -62,6 +62,8 @@ _HIDDEN_RE = re.compile(
     "\u17b4\u17b5\ufe00-\ufe0f\U000e0100-\U000e01ef]"
 )
 _TAG_RUN_RE = re.compile("[\U000e0000-\U000e007f]+")
+# tag characters spell ASCII (U+E0041 is "A"); the ones outside the printable range spell nothing
+_TAG_TO_ASCII = {cp: (chr(cp - 0xE0000) if 0xE0020 <= cp <= 0xE007E else None) for cp in range(0xE0000, 0xE0080)}
 
 
 def hidden_findings(text: str) -> tuple[list[Finding], str]:
@@ -88,7 +90,7 @@ def hidden_findings(text: str) -> tuple[list[Finding], str]:
             continue
         bad_tags.extend((s, e - 1))
         n_tags += e - s
-        hidden_chars.extend(chr(ord(c) - 0xE0000) for c in run if 0xE0020 <= ord(c) <= 0xE007E)
+        hidden_chars.append(run.translate(_TAG_TO_ASCII))
     for m in _HIDDEN_RE.finditer(text):
         i = m.start()
         ch = text[i]

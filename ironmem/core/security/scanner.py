@@ -179,6 +179,10 @@ def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) 
         hf, hidden_text = hidden_findings(text)
         findings.extend(hf)
     for s, e, kind in find_forgeries(text):
+        if kind == "header" and context == "recall":
+            # A turn header ("assistant:") is what a recalled past turn looks like; the fence neutralizes
+            # headers when it renders recall, so only a memory WRITE is refused for one.
+            continue
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
     blocked, blocking, weak, _score = _content(text, context, 0, model)
