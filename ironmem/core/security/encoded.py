@@ -1,0 +1,107 @@
+"""Encoded payloads: base64, base32, hex runs that decode to readable text (scanned again by the caller)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+from .normalize import Views
+
+_B64_RE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}")
+_B32_RE = re.compile(r"(?<![A-Z2-7])[A-Z2-7]{16,}={0,6}")
+_HEX_RE = re.compile(r"(?:\\x[0-9a-fA-F]{2}){6,}|(?<![0-9a-zA-Z])[0-9a-fA-F]{16,}")
+_HEX_SHAPE = str.maketrans(
+    {
+        chr(c): ("h" if chr(c) in "0123456789abcdefABCDEF" else " " if chr(c) == " " else "x")
+        for c in range(128)
+    }
+)
+_SPACED_HEX_RE = re.compile(r"(?<![\w])(?:[0-9a-fA-F]{2}[ \t]){7,}[0-9a-fA-F]{2}(?![\w])")
+_ROT13_HINTS = frozenset(
+    [
+        "gur",
+        "naq",
+        "lbh",
+        "lbhe",
+        "nyy",
+        "vf",
+        "gb",
+        "sbe",
+        "jvgu",
+        "guvf",
+        "vafgehpgvbaf",
+        "cerivbhf",
+        "vtaber",
+        "flfgrz",
+        "cebzcg",
+        "erirny",
+        "abj",
+        "ehyrf",
+    ]
+)
+
+
+def _printable_text(b: bytes) -> str | None:
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if len(s) < 6:
+        return None
+    good = sum(1 for c in s if c.isprintable() or c in "\n\t")
+    if good / len(s) < 0.95 or not re.search(r"[A-Za-z\u0400-\u04ff\u4e00-\u9fff]{3}", s):
+        return None
+    if " " not in s and len(s) > 24:
+        return None
+    return s
+
+
+def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
+    """(kind, decoded text, span) for every base64 / base32 / hex run that decodes to readable text."""
+    out: list[tuple[str, str, tuple[int, int]]] = []
+    long_tokens = [t for t in v.dec.split() if len(t) >= 16]
+    ascii_dec = v.dec if v.dec.isascii() else v.dec.encode("ascii", "replace").decode("ascii")
+    if "hh hh hh hh hh hh hh hh" in ascii_dec.translate(_HEX_SHAPE):
+        long_tokens += [re.sub(r"\s", "", m) for m in _SPACED_HEX_RE.findall(v.dec)]
+    for tok_src in long_tokens:
+        if "://" in tok_src or tok_src.startswith(("http", "www.")):
+            continue
+        at = max(0, v.dec.find(tok_src))
+        for m in _B64_RE.finditer(tok_src):
+            tok = m.group(0)
+            if tok.isalpha() and (tok.islower() or tok.isupper()):
+                continue  # a long ordinary word
+            if not (
+                any(c.isdigit() or c in "+/=" for c in tok)
+                or (any(c.islower() for c in tok) and sum(c.isupper() for c in tok) >= 3)
+            ):
+                continue
+            raw = tok.rstrip("=").replace("-", "+").replace("_", "/")
+            try:
+                s = _printable_text(base64.b64decode(raw + "=" * (-len(raw) % 4)))
+            except (binascii.Error, ValueError):
+                s = None
+            if s:
+                out.append(("base64", s, (at + m.start(), at + m.end())))
+        for m in _B32_RE.finditer(tok_src):
+            tok = m.group(0).rstrip("=")
+            try:
+                s = _printable_text(base64.b32decode(tok + "=" * (-len(tok) % 8)))
+            except (binascii.Error, ValueError):
+                s = None
+            if s:
+                out.append(("base32", s, (at + m.start(), at + m.end())))
+        for m in _HEX_RE.finditer(tok_src):
+            hexs = m.group(0).replace("\\x", "")
+            if len(hexs) % 2:
+                hexs = hexs[:-1]
+            try:
+                s = _printable_text(bytes.fromhex(hexs))
+            except ValueError:
+                s = None
+            if s:
+                out.append(("hex", s, (at + m.start(), at + m.end())))
+    return out
+
+

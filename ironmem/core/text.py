@@ -1,0 +1,657 @@
+"""The one text-normalization module: how ironmem reads text that may be trying to hide what it says.
+
+The fence (:mod:`ironmem.core.fence`) and the write-time scanner both match patterns against a *folded* view of
+the text, never against the raw characters, so a pattern written once for ``memory context`` also matches
+``ｍｅｍ0ｒу​cоntехt``, ``&#00109;emory-context``, ``\\6d emory context`` and ``m e m o r y``. Folding is:
+
+1. **Escape decoding** (:func:`decode_escapes`), repeated until nothing changes (at most
+   :data:`MAX_DECODE_ROUNDS` rounds, so ``&amp;lt;`` and ``%253C`` decode too): HTML named and numeric
+   references (any number of leading zeros, with or without ``;``), URL ``%XX`` (UTF-8) and ``%uXXXX``,
+   JavaScript / Python / C escapes (``\\xHH``, ``\\x{H}``, ``\\uHHHH``, ``\\u{H}``, ``\\UHHHHHHHH``,
+   ``\\N{NAME}``, octal ``\\NNN`` for printable ASCII (``\\155``; other digit runs are CSS hex), ``\\n``, ``\\t``, ``\\/``), CSS escapes (``\\6d `` with its optional
+   space), quoted-printable ``=3C`` and ``U+003C`` notation. An escape is decoded whatever the context,
+   because the reader (a language model) decodes them whatever the context.
+2. **Bidi overrides**: a run after RIGHT-TO-LEFT OVERRIDE (U+202E) is *displayed* reversed with mirrored
+   brackets; the folded view holds the logical run, the reversed run and the reversed-mirrored run, so a tag
+   hidden by reversal is seen in every reading order.
+3. **Per character** (:func:`fold_char`): Default_Ignorable_Code_Point characters are removed (zero-width
+   characters, joiners, soft hyphen, variation selectors, bidi controls, Unicode tag characters, the Hangul
+   fillers U+115F, U+1160, U+3164, U+FFA0, ...; the property comes from the ``regex`` module's Unicode
+   database), then NFKD, combining marks dropped, case folded, and the UTS #39 confusable *skeleton* mapping
+   applied from Unicode's own ``confusables.txt`` (vendored in ``ironmem/core/data/`` with its licence;
+   ``tools/update_confusables.py`` refreshes it), repeated until stable. Punctuation whose prototype is not
+   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET ``[``). The letters ``i`` and ``l`` (and with
+   them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter ``i``: UTS #39 keeps them apart only by case.
+   A non-letter whose skeleton is ``l`` (``∣``, ``｜``, ``│`` ...) is a vertical bar ``|``.
+4. **Separators**: every character that is neither a letter, a digit nor one of the *structural* characters
+   :data:`STRUCTURAL` (``< > / [ ] { } | : # * =`` and the line break) is a separator. ``fold(text)`` drops
+   them (``</memory   context>`` reads ``</memorycontext>``: the letters between separators collapse);
+   ``fold(text, spaces=True)`` keeps one space per run instead and joins runs of single spaced-out letters
+   (``i g n o r e`` reads ``ignore``), which is the view a word-based scanner wants.
+
+Everything is linear in the length of the text: each step is one pass (C-level ``str.translate`` with a
+per-character cache, or one regex pass) and the number of decoding rounds is bounded.
+
+Because folding changes lengths, :func:`fold_map` also returns where each folded character came from, so a
+match in the folded view can be cut out of the original text at exactly the right place.
+
+The fold is a *matching* view, never shown to anyone: it is lossy on purpose (``0`` folds to ``o``, ``I`` and
+``1`` to ``i``; a character whose UTS #39 prototype is ``rn``, such as ``ｍ``, folds to ``m``: the two-letter
+``rn`` itself is left to fuzzy matching by the caller). Match it against patterns built with :func:`fold` too, never against hand-folded
+literals.
+
+Example:
+    >>> fold("</ＭＥＭ0ＲＹ\u200b-cоntехt>")
+    '</memorycontext>'
+    >>> fold("&#00060;/memory%20context\\\\3e ") == fold("</memory context>")
+    True
+    >>> decode_escapes("%u003c\\\\N{SOLIDUS}x&#x3E;")
+    '</x>'
+    >>> strip_invisibles("a\u200bb\u3164c\u202ed")
+    'abcd'
+    >>> skeleton("pаypаl") == skeleton("paypal")
+    True
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import html
+import itertools
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import regex
+
+__all__ = [
+    "CONFUSABLES_VERSION",
+    "MAX_DECODE_ROUNDS",
+    "STRUCTURAL",
+    "Folded",
+    "confusables",
+    "decode_escapes",
+    "fold",
+    "fold_char",
+    "fold_map",
+    "is_invisible",
+    "skeleton",
+    "strip_invisibles",
+]
+
+MAX_DECODE_ROUNDS = 6
+"""Escape decoding stops after this many rounds (``&amp;amp;lt;`` needs three)."""
+
+STRUCTURAL = frozenset("<>/[]{}|:#*=\n")
+"""Characters the folded view keeps: the ones markup, tags, chat-template tokens and headers are made of."""
+
+_DATA = Path(__file__).with_name("data") / "confusables.txt"
+
+# ------------------------------------------------------------------------------------------------ Unicode data
+
+_INVISIBLE_RE = regex.compile(r"\p{Default_Ignorable_Code_Point}+")
+
+
+def is_invisible(ch: str) -> bool:
+    """True for a Default_Ignorable_Code_Point character (renders as nothing).
+
+    Example:
+        >>> is_invisible("\u200d"), is_invisible("\U000e0041"), is_invisible("a")
+        (True, True, False)
+    """
+    return _INVISIBLE_RE.fullmatch(ch) is not None
+
+
+def strip_invisibles(text: str) -> str:
+    """``text`` without Default_Ignorable_Code_Point characters (zero-width, bidi controls, tags, fillers).
+
+    Example:
+        >>> strip_invisibles("mem\u200dory\U000e0020")
+        'memory'
+    """
+    return _INVISIBLE_RE.sub("", text)
+
+
+@functools.cache
+def _confusables_table() -> tuple[dict[str, str], str]:
+    table: dict[str, str] = {}
+    version = "unknown"
+    with _DATA.open(encoding="utf-8-sig") as fh:
+        for line in fh:
+            if line.startswith("#"):
+                if line.startswith("# Version:"):
+                    version = line.split(":", 1)[1].strip()
+                continue
+            data = line.split("#", 1)[0].strip()
+            if not data:
+                continue
+            source, target, _kind = (part.strip() for part in data.split(";"))
+            table[chr(int(source, 16))] = "".join(chr(int(cp, 16)) for cp in target.split())
+    return table, version
+
+
+def confusables() -> dict[str, str]:
+    """UTS #39 ``confusables.txt`` as ``{source character: prototype string}`` (read once, cached).
+
+    Example:
+        >>> confusables()["\u0430"]  # CYRILLIC SMALL LETTER A
+        'a'
+    """
+    return _confusables_table()[0]
+
+
+def __getattr__(name: str) -> str:  # CONFUSABLES_VERSION is read lazily with the table
+    if name == "CONFUSABLES_VERSION":
+        return _confusables_table()[1]
+    raise AttributeError(name)
+
+
+def skeleton(text: str) -> str:
+    """The UTS #39 skeleton of ``text``: NFD, each character replaced by its prototype, NFD again.
+
+    Two strings are confusable when their skeletons are equal. Case is kept, as the standard says; use
+    :func:`fold` for case-insensitive matching.
+
+    Example:
+        >>> skeleton("ⲟ"), skeleton("×")
+        ('o', 'x')
+    """
+    table = confusables()
+    out = unicodedata.normalize("NFD", text)
+    out = "".join(table.get(ch, ch) for ch in out)
+    return unicodedata.normalize("NFD", out)
+
+
+# ------------------------------------------------------------------------------------------------ escapes
+
+# One alternation, dispatched on the first character. Longest forms first inside each family.
+_ESCAPE_RE = regex.compile(
+    r"""
+      &\#[xX]0*(?P<hx>[0-9a-fA-F]{1,6});?
+    | &\#0*(?P<dec>[0-9]{1,7});?
+    | &(?P<name>[A-Za-z][A-Za-z0-9]{1,31};?)
+    | %[uU](?P<pu>[0-9a-fA-F]{4})
+    | (?P<pct>(?:%[0-9a-fA-F]{2})+)
+    | \\u\{0*(?P<ub>[0-9a-fA-F]{1,6})\}
+    | \\u(?P<u4>[0-9a-fA-F]{4})
+    | \\U(?P<u8>[0-9a-fA-F]{8})
+    | \\x\{0*(?P<xb>[0-9a-fA-F]{1,6})\}
+    | \\x(?P<x2>[0-9a-fA-F]{2})
+    | \\N\{(?P<uname>[A-Za-z0-9][A-Za-z0-9 \-]{0,87})\}
+    | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9])
+    | \\(?P<css>[0-9a-fA-F]{1,6})[ \t\n]?
+    | \\(?P<cc>[ntr])
+    | \\(?P<ident>[^\n0-9a-fA-FNuUx])
+    | (?<![A-Za-z0-9])[Uu]\+(?P<uplus>[0-9a-fA-F]{4,6})
+    | =(?P<qp>[0-9A-F]{2})
+    """,
+    regex.VERBOSE,
+)
+_ESCAPE_START = frozenset("&%\\=+")
+_CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+
+
+def _chr(value: int) -> str | None:
+    if value > 0x10FFFF or 0xD800 <= value <= 0xDFFF:
+        return None
+    return chr(value)
+
+
+def _decode_one(m: regex.Match[str]) -> str | None:
+    """The decoded text of one escape, or None to leave it as written."""
+    kind = m.lastgroup
+    value = m.group(kind) if kind else None
+    if kind is None or value is None:
+        return None
+    if kind in ("hx", "pu", "ub", "u4", "u8", "xb", "x2", "css", "uplus", "qp"):
+        return _chr(int(value, 16))
+    if kind == "dec":
+        return _chr(int(value))
+    if kind == "oct":
+        return chr(int(value, 8))
+    if kind == "name":
+        out = html.unescape("&" + value)
+        return None if out == "&" + value else out
+    if kind == "pct":
+        return _unquote(value)
+    if kind == "uname":
+        try:
+            return unicodedata.lookup(value)
+        except KeyError:
+            return None
+    if kind == "cc":
+        return _CONTROL_ESCAPES[value]
+    if kind == "ident":
+        return value
+    return None  # pragma: no cover - every named group is handled above
+
+
+def _unquote(value: str) -> str:
+    raw = bytes.fromhex(value.replace("%", ""))
+    return raw.decode("utf-8", "replace")
+
+
+@dataclass
+class _Stage:
+    """Where the characters of one step's output came from in its input.
+
+    ``seg_out`` / ``seg_in`` are sorted segment starts: output ``[seg_out[k], seg_out_end[k])`` came from input
+    ``[seg_in[k], seg_in_end[k])`` as a whole; between segments characters map one to one.
+    """
+
+    seg_out: list[int]
+    seg_out_end: list[int]
+    seg_in: list[int]
+    seg_in_end: list[int]
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """Input span of output span ``[start, end)`` (``end > start``)."""
+        return self._pos(start)[0], self._pos(end - 1)[1]
+
+    def _pos(self, x: int) -> tuple[int, int]:
+        k = bisect.bisect_right(self.seg_out, x) - 1
+        if k < 0:
+            return x, x + 1
+        if x < self.seg_out_end[k]:
+            return self.seg_in[k], self.seg_in_end[k]
+        shifted = x - self.seg_out_end[k] + self.seg_in_end[k]
+        return shifted, shifted + 1
+
+
+def _decode_round(text: str, *, record: bool) -> tuple[str, _Stage | None]:
+    pieces: list[str] = []
+    stage = _Stage([], [], [], []) if record else None
+    last = 0
+    out_len = 0
+    changed = False
+    for m in _ESCAPE_RE.finditer(text):
+        decoded = _decode_one(m)
+        if decoded is None:
+            continue
+        s, e = m.span()
+        pieces.append(text[last:s])
+        out_len += s - last
+        pieces.append(decoded)
+        if stage is not None:
+            stage.seg_out.append(out_len)
+            stage.seg_out_end.append(out_len + len(decoded))
+            stage.seg_in.append(s)
+            stage.seg_in_end.append(e)
+        out_len += len(decoded)
+        last = e
+        changed = True
+    if not changed:
+        return text, None
+    pieces.append(text[last:])
+    return "".join(pieces), stage
+
+
+def _may_hold_escape(text: str) -> bool:
+    return any(c in text for c in _ESCAPE_START)
+
+
+def decode_escapes(text: str) -> str:
+    """Decode every escape form in ``text`` (see the module docstring), repeating until nothing changes.
+
+    Example:
+        >>> decode_escapes("&#00000109;&amp;lt;\\\\6d %u006d\\\\N{LATIN SMALL LETTER M}%2F")
+        'm<mmm/'
+    """
+    for _ in range(MAX_DECODE_ROUNDS):
+        if not _may_hold_escape(text):
+            break
+        out, stage = _decode_round(text, record=False)
+        if stage is None and out is text:
+            break
+        text = out
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ bidi overrides
+
+_RLO = "\u202e"
+_RLO_RUN_RE = regex.compile("\u202e[^\u202c\u2069\n]*")
+_MIRROR = str.maketrans("<>()[]{}‹›«»〈〉⟨⟩＜＞", "><)(][}{›‹»«〉〈⟩⟨＞＜")
+
+
+def _unreverse(text: str) -> tuple[str, _Stage | None]:
+    """Add the displayed readings of right-to-left-override runs next to each run (see module docstring)."""
+    if _RLO not in text:
+        return text, None
+    stage = _Stage([], [], [], [])
+    pieces: list[str] = []
+    last = 0
+    out_len = 0
+    for m in _RLO_RUN_RE.finditer(text):
+        s, e = m.span()
+        run = m.group(0)[1:]
+        shown = run[::-1]
+        block = f"{run}\x00{shown}\x00{shown.translate(_MIRROR)}"
+        pieces.append(text[last:s])
+        out_len += s - last
+        pieces.append(block)
+        stage.seg_out.append(out_len)
+        stage.seg_out_end.append(out_len + len(block))
+        stage.seg_in.append(s)
+        stage.seg_in_end.append(e)
+        out_len += len(block)
+        last = e
+    pieces.append(text[last:])
+    return "".join(pieces), stage
+
+
+# ------------------------------------------------------------------------------------------------ per character
+
+_NEWLINES = frozenset("\n\r\x0b\x0c\x85\u2028\u2029")
+_BAR_PROTOTYPES = frozenset("l│|")
+
+
+def _demark(text: str) -> str:
+    return "".join(
+        c for c in unicodedata.normalize("NFKD", text) if not (unicodedata.combining(c) or is_invisible(c))
+        and unicodedata.category(c) not in ("Mn", "Me")
+    )
+
+
+_LATIN_NAME_RE = regex.compile(r"LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: WITH .*)?")
+
+
+def _fold_core(ch: str, other_case: bool = True) -> str:
+    """Case-folded, mark-free UTS #39 prototype of one character (before separators are decided).
+
+    UTS #39 order first (NFD, prototype), then NFKD, marks dropped, case folded, until stable. Prototypes come
+    before case folding (``Β`` GREEK CAPITAL BETA is ``B``, its lower case is not ``b``).
+    When that does not reach ASCII, the character's other case is tried (``м`` is the lower case of ``М``,
+    whose prototype is ``M``), then its Unicode name (``ᴍ`` is LATIN LETTER SMALL CAPITAL M).
+    """
+    table = confusables()
+    cur = ch
+    for _ in range(4):
+        mapped = "".join(table.get(c, c) for c in unicodedata.normalize("NFD", cur))
+        nxt = _demark(mapped).casefold()
+        if nxt == cur:
+            break
+        cur = nxt
+    if cur.isascii() or len(ch) != 1 or not other_case:
+        return cur
+    for other in (ch.upper(), ch.lower()):
+        if other != ch and len(other) == 1:
+            alt = _fold_core(other, other_case=False)
+            if alt.isascii() and alt.isalpha():
+                return alt
+    m = _LATIN_NAME_RE.fullmatch(unicodedata.name(ch, ""))
+    if m:
+        return m.group(1).lower()
+    return cur
+
+
+def _structural_by_name(ch: str) -> str:
+    """The structural character a punctuation mark or symbol stands for, read from its Unicode name.
+
+    confusables.txt does not relate every bracket to ASCII (``〈`` LEFT ANGLE BRACKET, ``«``, ``【``,
+    ``⦃``); their names do: LEFT/RIGHT + ANGLE (bracket, quotation mark, chevron), SQUARE-like BRACKET, CURLY
+    BRACKET, VERTICAL LINE/BAR, SOLIDUS/SLASH, COLON.
+    """
+    name = unicodedata.name(ch, "")
+    if not name or unicodedata.category(ch)[0] not in ("P", "S"):
+        return ""
+    side = 0 if "LEFT" in name else 1 if "RIGHT" in name else -1
+    if "ANGLE" in name or "CHEVRON" in name:
+        return "<>"[side] if side >= 0 else ""
+    if "CURLY BRACKET" in name:
+        return "{}"[side] if side >= 0 else ""
+    if "BRACKET" in name and "PARENTHESIS" not in name:
+        return "[]"[side] if side >= 0 else ""
+    if "VERTICAL LINE" in name or "VERTICAL BAR" in name:
+        return "|"
+    if "SOLIDUS" in name or "SLASH" in name:
+        return "/"
+    if "COLON" in name and "TRICOLON" not in name:
+        return ":"
+    return ""
+
+
+@functools.cache
+def fold_char(ch: str, spaces: bool = False) -> str:
+    """The folded form of one character: "" for invisibles and (unless ``spaces``) separators.
+
+    Example:
+        >>> fold_char("Ｍ"), fold_char("\u0456"), fold_char("-"), fold_char("-", spaces=True), fold_char("∣")
+        ('m', 'i', '', ' ', '|')
+    """
+    if ch == "\x00":
+        return ch  # the boundary between the readings of a right-to-left-override run
+    if ch in _NEWLINES:
+        return "\n" if ch != "\r" else ""
+    if is_invisible(ch):
+        return ""
+    if ch.isascii():
+        if ch in STRUCTURAL:
+            return ch
+        if ch == "\\":
+            return "/"
+        if ch in "IiLl1":
+            return "i"
+        if ch == "0":
+            return "o"
+        if ch.isalnum():
+            return ch.lower()
+        return " " if spaces else ""
+    core = _fold_core(ch)
+    compat = unicodedata.normalize("NFKC", ch)
+    if compat != ch and compat in STRUCTURAL and core not in STRUCTURAL:
+        core = compat  # ［ is [ by compatibility, though its UTS #39 prototype is (
+    is_letter = unicodedata.category(ch)[0] in ("L", "N")
+    if not is_letter and not any(c in STRUCTURAL for c in core):
+        core = _structural_by_name(ch) or "".join(_structural_by_name(c) or c for c in core)
+    out: list[str] = []
+    for c in core:
+        if c in STRUCTURAL:
+            out.append(c)
+        elif c == "\\":
+            out.append("/")
+        elif c in _BAR_PROTOTYPES and not is_letter:
+            out.append("|")
+        elif c == "l":
+            out.append("i")
+        elif c.isalnum():
+            out.append(c.lower() if c.isascii() else c)
+        elif spaces:
+            if not out or out[-1] != " ":
+                out.append(" ")
+    return "".join(out).replace("rn", "m")
+
+
+class _FoldTable(dict[int, str]):
+    """``str.translate`` table that folds and remembers each character the first time it is seen."""
+
+    def __init__(self, spaces: bool) -> None:
+        super().__init__()
+        self.spaces = spaces
+
+    def __missing__(self, cp: int) -> str:
+        out = fold_char(chr(cp), self.spaces)
+        self[cp] = out
+        return out
+
+
+_TABLES = {False: _FoldTable(False), True: _FoldTable(True)}
+
+
+class _LenTable(dict[int, str]):
+    """``str.translate`` table: each character -> one ASCII digit, the length of its fold."""
+
+    def __init__(self, spaces: bool) -> None:
+        super().__init__()
+        self.spaces = spaces
+
+    def __missing__(self, cp: int) -> str:
+        out = chr(48 + min(len(fold_char(chr(cp), self.spaces)), 9))
+        self[cp] = out
+        return out
+
+
+_LENS = {False: _LenTable(False), True: _LenTable(True)}
+_DIGITS_TO_BYTES = bytes.maketrans(b"0123456789", bytes(range(10)))
+
+
+def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
+    """``bytes.translate`` tables for pure-ASCII text: fold (1 char or deleted) and fold length (0 or 1)."""
+    fold_tbl = bytearray(range(256))
+    lens_tbl = bytearray(256)
+    delete = bytearray()
+    for b in range(128):
+        out = fold_char(chr(b), spaces)
+        if len(out) > 1:  # pragma: no cover - guarded by a test: ASCII folds to at most one character
+            raise AssertionError(f"ASCII {chr(b)!r} folds to {out!r}")
+        if out:
+            fold_tbl[b] = ord(out)
+            lens_tbl[b] = 1
+        else:
+            delete.append(b)
+    return bytes(fold_tbl), bytes(lens_tbl), bytes(delete)
+
+
+_ASCII = {flag: _ascii_tables(flag) for flag in (False, True)}
+
+
+def _fold_chars(text: str, spaces: bool) -> str:
+    if text.isascii():
+        fold_tbl, _, delete = _ASCII[spaces]
+        return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
+    return text.translate(_TABLES[spaces])
+
+
+@dataclass
+class _CharStage:
+    """Per-character fold: output position -> input character via cumulative fold lengths (built lazily)."""
+
+    source: str
+    spaces: bool
+    _cum: list[int] | None = None
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        if self._cum is None:
+            if self.source.isascii():
+                lens = self.source.encode("ascii").translate(_ASCII[self.spaces][1])
+            else:
+                lens = self.source.translate(_LENS[self.spaces]).encode("ascii").translate(_DIGITS_TO_BYTES)
+            self._cum = list(itertools.accumulate(lens))
+        cum = self._cum
+        return bisect.bisect_right(cum, start), bisect.bisect_right(cum, end - 1) + 1
+
+
+# Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".
+_SPACED_LETTERS_RE = regex.compile(r"(?<![^\W_])[^\W_](?: [^\W_](?![^\W_])){2,}")
+_SPACE_RUN_RE = regex.compile(r" {2,}| (?=\n)|(?<=\n) ")
+
+
+def _regex_stage(text: str, rx: regex.Pattern[str], repl: Callable[[str], str]) -> tuple[str, _Stage | None]:
+    pieces: list[str] = []
+    stage = _Stage([], [], [], [])
+    last = 0
+    out_len = 0
+    for m in rx.finditer(text):
+        s, e = m.span()
+        new = repl(m.group(0))
+        pieces.append(text[last:s])
+        out_len += s - last
+        pieces.append(new)
+        if new:
+            stage.seg_out.append(out_len)
+            stage.seg_out_end.append(out_len + len(new))
+            stage.seg_in.append(s)
+            stage.seg_in_end.append(e)
+        else:  # deletion: nothing to point at; the following characters shift
+            stage.seg_out.append(out_len)
+            stage.seg_out_end.append(out_len)
+            stage.seg_in.append(s)
+            stage.seg_in_end.append(e)
+        out_len += len(new)
+        last = e
+    if not pieces:
+        return text, None
+    pieces.append(text[last:])
+    return "".join(pieces), stage
+
+
+# ------------------------------------------------------------------------------------------------ public fold
+
+
+@dataclass
+class Folded:
+    """A folded view of ``source`` that can point back into it.
+
+    Example:
+        >>> f = fold_map("a &lt;/MEMORY-context&gt; b")
+        >>> f.text
+        'a</memorycontext>b'
+        >>> i = f.text.index("<"); j = f.text.index(">") + 1
+        >>> s, e = f.source_span(i, j); "a &lt;/MEMORY-context&gt; b"[s:e]
+        '&lt;/MEMORY-context&gt;'
+    """
+
+    source: str
+    text: str
+    _stages: list[_Stage | _CharStage]
+
+    def source_span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of :attr:`source` that folded into ``text[start:end]`` (``end > start``)."""
+        if end <= start:
+            raise ValueError("source_span needs a non-empty span (end > start)")
+        s, e = start, end
+        for stage in reversed(self._stages):
+            s_lo, _ = stage.span(s, s + 1)
+            _, e_hi = stage.span(e - 1, e)
+            s, e = s_lo, max(e_hi, s_lo + 1)
+        return s, min(e, len(self.source))
+
+
+def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folded:
+    """Fold ``text`` (see the module docstring) and keep the way back to the original offsets.
+
+    With ``spaces=True`` every separator character becomes one space; ``collapse`` (the default) then merges
+    runs of spaces and joins spelled-out letters. ``collapse=False`` keeps one space per separator character,
+    so offsets stay cheap on hostile input; patterns then allow ``[ \\n]*`` between letters themselves
+    (that is what the fence does).
+    """
+    stages: list[_Stage | _CharStage] = []
+    cur = text
+    for _ in range(MAX_DECODE_ROUNDS):
+        if not _may_hold_escape(cur):
+            break
+        out, stage = _decode_round(cur, record=True)
+        if stage is None:
+            break
+        stages.append(stage)
+        cur = out
+    out, stage = _unreverse(cur)
+    if stage is not None:
+        stages.append(stage)
+        cur = out
+    folded = _fold_chars(cur, spaces)
+    stages.append(_CharStage(cur, spaces))
+    if spaces and collapse:
+        for rx, repl in (
+            (_SPACE_RUN_RE, lambda s: " " if s.strip(" ") == "" and "\n" not in s and len(s) > 1 else ""),
+            (_SPACED_LETTERS_RE, lambda s: s.replace(" ", "")),
+        ):
+            out, stage = _regex_stage(folded, rx, repl)
+            if stage is not None:
+                stages.append(stage)
+                folded = out
+    return Folded(text, folded, stages)
+
+
+def fold(text: str, *, spaces: bool = False) -> str:
+    """The folded matching view of ``text`` (see the module docstring).
+
+    Example:
+        >>> fold("Ignore  P R E V I O U S   instructions", spaces=True)
+        'ignore previous instructions'
+        >>> fold("<|im_start|>system")
+        '<|imstart|>system'
+    """
+    return fold_map(text, spaces=spaces).text
