@@ -250,6 +250,30 @@ class _Stage:
         """Input span of output span ``[start, end)`` (``end > start``)."""
         return self._pos(start)[0], self._pos(end - 1)[1]
 
+    def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """:meth:`span` for many spans at once (the hot path on hostile input)."""
+        seg_out, seg_out_end, seg_in, seg_in_end = self.seg_out, self.seg_out_end, self.seg_in, self.seg_in_end
+        bis = bisect.bisect_right
+        out = []
+        for start, end in spans:
+            k = bis(seg_out, start) - 1
+            if k < 0:
+                s = start
+            elif start < seg_out_end[k]:
+                s = seg_in[k]
+            else:
+                s = start - seg_out_end[k] + seg_in_end[k]
+            last = end - 1
+            k = bis(seg_out, last) - 1
+            if k < 0:
+                e = end
+            elif last < seg_out_end[k]:
+                e = seg_in_end[k]
+            else:
+                e = last - seg_out_end[k] + seg_in_end[k] + 1
+            out.append((s, max(e, s + 1)))
+        return out
+
     def _pos(self, x: int) -> tuple[int, int]:
         k = bisect.bisect_right(self.seg_out, x) - 1
         if k < 0:
@@ -517,11 +541,33 @@ def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
 _ASCII = {flag: _ascii_tables(flag) for flag in (False, True)}
 
 
+_RUNS_RE = regex.compile(r"[\x00-\x7f]+|[^\x00-\x7f]+")
+
+
 def _fold_chars(text: str, spaces: bool) -> str:
+    """Per-character fold: ASCII runs through ``bytes.translate``, the rest through the cached table."""
+    fold_tbl, _, delete = _ASCII[spaces]
     if text.isascii():
-        fold_tbl, _, delete = _ASCII[spaces]
         return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
-    return text.translate(_TABLES[spaces])
+    table = _TABLES[spaces]
+    return "".join(
+        run.encode("ascii").translate(fold_tbl, delete).decode("ascii") if run.isascii() else run.translate(table)
+        for run in _RUNS_RE.findall(text)
+    )
+
+
+def _fold_lengths(text: str, spaces: bool) -> bytes:
+    """The fold length of every character of ``text``, one byte each."""
+    lens_tbl = _ASCII[spaces][1]
+    if text.isascii():
+        return text.encode("ascii").translate(lens_tbl)
+    table = _LENS[spaces]
+    return b"".join(
+        run.encode("ascii").translate(lens_tbl)
+        if run.isascii()
+        else run.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES)
+        for run in _RUNS_RE.findall(text)
+    )
 
 
 @dataclass
@@ -534,13 +580,18 @@ class _CharStage:
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         if self._cum is None:
-            if self.source.isascii():
-                lens = self.source.encode("ascii").translate(_ASCII[self.spaces][1])
-            else:
-                lens = self.source.translate(_LENS[self.spaces]).encode("ascii").translate(_DIGITS_TO_BYTES)
-            self._cum = list(itertools.accumulate(lens))
+            self._cum = list(itertools.accumulate(_fold_lengths(self.source, self.spaces)))
         cum = self._cum
         return bisect.bisect_right(cum, start), bisect.bisect_right(cum, end - 1) + 1
+
+    def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        if not spans:
+            return []
+        self.span(spans[0][0], spans[0][1])  # builds the table
+        cum = self._cum
+        assert cum is not None
+        bis = bisect.bisect_right
+        return [(bis(cum, start), bis(cum, end - 1) + 1) for start, end in spans]
 
 
 # Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".
@@ -596,6 +647,16 @@ class Folded:
     source: str
     text: str
     _stages: list[_Stage | _CharStage]
+
+    def source_spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """:meth:`source_span` for many spans at once (faster on hostile input with many matches)."""
+        if any(e <= s for s, e in spans):
+            raise ValueError("source_spans needs non-empty spans (end > start)")
+        cur = spans
+        for stage in reversed(self._stages):
+            cur = stage.spans(cur)
+        n = len(self.source)
+        return [(s, min(e, n)) for s, e in cur]
 
     def source_span(self, start: int, end: int) -> tuple[int, int]:
         """The span of :attr:`source` that folded into ``text[start:end]`` (``end > start``)."""
