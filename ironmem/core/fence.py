@@ -32,7 +32,9 @@ How it holds by construction
    new pattern.
 2. The fence name is matched *fuzzily*: any tag-like span whose name is within two edits of
    ``memorycontext`` (or starts with ``memory`` and is short) is a fence tag: ``</memory-contxt>``,
-   ``</rnemory-context>`` and ``<x:memory-context trust="system">`` included.
+   ``</rnemory-context>`` and ``<x:memory-context trust="system">`` included. Behind a slash alone, or
+   right before a closing bracket with no opener, no inserted letter is allowed (``and/or memory context``
+   and ``memory context c > d`` are prose).
 3. Chat-template tokens are matched by shape, not by list: anything between ``<|`` and ``|>`` (full-width
    and look-alike bars fold to ``|``), and angle or square bracket tags whose name is a *role* (system, user,
    assistant, human, developer, model, tool, function, ipython) or a *control word* of the templates (inst,
@@ -144,12 +146,15 @@ _OPEN_NAME_RE = re.compile(rf"(?:[<\[{{]{_S}/?|/){_S}{_NS}(?P<name>{_WORDS})")
 _NAME_CLOSE_REV_RE = re.compile(rf"[>\]}}]{_S}/?{_S}(?P<name>{_L}++(?:[ \n]++{_L}++){{0,3}}+)")
 
 _TARGET = "memorycontext"
-_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{e<=2}}")
-_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{e<=2}}")
+# Two edits, at most one of them an inserted letter; none when the name is not behind a bracket (``and/or
+# memory context`` is prose) or runs into the closing bracket (``memory context c > d`` is prose too).
+_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{i<=1,e<=2}}")
+_FUZZY_PREFIX_STRICT = regex.compile(rf"(?b)(?:{_TARGET}){{i<=0,e<=2}}")
+_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{i<=0,e<=2}}")
 
 
 @functools.lru_cache(maxsize=4096)
-def _near_fence_name(compact: str, *, at_end: bool = False) -> int:
+def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False) -> int:
     """How many letters of a tag name (letters only) spell the fence's name; 0 when it is not that name.
 
     Near means: within two edits of ``memorycontext`` (at the name's start, or at its end when ``at_end``:
@@ -164,7 +169,7 @@ def _near_fence_name(compact: str, *, at_end: bool = False) -> int:
         return len(compact)
     if len(compact) < len(_TARGET) - 2:
         return 0
-    m = _FUZZY_PREFIX.match(compact)
+    m = (_FUZZY_PREFIX_STRICT if strict else _FUZZY_PREFIX).match(compact)
     return m.end() if m else 0
 
 
@@ -186,8 +191,8 @@ _CLOSE_RE = re.compile(rf"{_S}/?{_S}[>\]}}]")
 
 # Chat-template tokens by shape.
 _BAR_RE = re.compile(
-    rf"<{_S}\|{_S}{_L}[^<>|\[\]{{}}\x00]{{0,63}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
-    rf"|<{_S}{_L}[^<>|\[\]{{}}\x00]{{0,63}}?\|{_S}>"  # <anything|>
+    rf"<{_S}\|{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
+    rf"|<{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>"  # <anything|>
 )
 
 _ROLES = ("system", "user", "assistant", "human", "developer", "model", "tool", "function", "ipython")
@@ -280,11 +285,12 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
     if any(c in v for c in "<[{/>]}"):
         for m in _OPEN_NAME_RE.finditer(v):
             name = m.group("name")
-            n = _near_fence_name(name.replace(" ", "").replace("\n", ""))
+            bracket = m.group(0)[0] in "<[{"
+            n = _near_fence_name(name.replace(" ", "").replace("\n", ""), strict=not bracket)
             if not n:
                 continue
             end = m.start("name") + _letter_offset(name, n)
-            tail = (_TAG_TAIL if m.group(0)[0] in "<[{" else _CLOSE_RE).match(v, end)
+            tail = (_TAG_TAIL if bracket else _CLOSE_RE).match(v, end)
             add(m.start(), tail.end() if tail else end, "tag")
         rv = v[::-1]
         for m in _NAME_CLOSE_REV_RE.finditer(rv):
@@ -303,6 +309,8 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
     if "[" in v:
         for m in _BRACKET_TOKEN_RE.finditer(v):
             add(m.start(), m.end(), "token")
+        for m in _NOTE_LABEL_RE.finditer(v):
+            add(m.start(), m.end(), "note")
     if ":" in v:
         headers = list(_HEADER_NL_RE.finditer(v))
         first = _HEADER_AT_RE.match(v)
@@ -320,8 +328,6 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
         for m in _NOTE_COLON_RE.finditer(v):
             if m.start() == 0 or not v[m.start() - 1].isalnum():
                 add(m.start(), m.end(), "note")
-        for m in _NOTE_LABEL_RE.finditer(v):
-            add(m.start(), m.end(), "note")
         first = _AUTHORITY_AT_RE.match(v)
         for m in ([first] if first else []) + list(_AUTHORITY_RE.finditer(v)):
             start = m.start() if m is first else m.start() + 1
