@@ -8,7 +8,8 @@ the text, never against the raw characters, so a pattern written once for ``memo
    :data:`MAX_DECODE_ROUNDS` rounds, so ``&amp;lt;`` and ``%253C`` decode too): HTML named and numeric
    references (any number of leading zeros, with or without ``;``), URL ``%XX`` (UTF-8) and ``%uXXXX``,
    JavaScript / Python / C escapes (``\\xHH``, ``\\x{H}``, ``\\uHHHH``, ``\\u{H}``, ``\\UHHHHHHHH``,
-   ``\\N{NAME}``, octal ``\\NNN`` for printable ASCII (``\\155``; other digit runs are CSS hex), ``\\n``, ``\\t``, ``\\/``), CSS escapes (``\\6d `` with its optional
+   ``\\N{NAME}``, ``\\n``, ``\\t``, ``\\/``), octal ``\\NNN`` for printable ASCII when no hex digit
+   follows (``\\155``), CSS escapes otherwise (``\\6d `` with its optional
    space), quoted-printable ``=3C`` and ``U+003C`` notation. An escape is decoded whatever the context,
    because the reader (a language model) decodes them whatever the context.
 2. **Bidi overrides**: a run after RIGHT-TO-LEFT OVERRIDE (U+202E) is *displayed* reversed with mirrored
@@ -180,7 +181,7 @@ _ESCAPE_RE = regex.compile(
     | \\x\{0*(?P<xb>[0-9a-fA-F]{1,6})\}
     | \\x(?P<x2>[0-9a-fA-F]{2})
     | \\N\{(?P<uname>[A-Za-z0-9][A-Za-z0-9 \-]{0,87})\}
-    | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9])
+    | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9a-fA-F])
     | \\(?P<css>[0-9a-fA-F]{1,6})[ \t\n]?
     | \\(?P<cc>[ntr])
     | \\(?P<ident>[^\n0-9a-fA-FNuUx])
