@@ -123,7 +123,14 @@ def fence_tag(draw: st.DrawFn) -> str:
     closing = draw(st.booleans())
     ns = draw(_one(*["", "", "x:", "ns:", "a:"]))
     attrs = draw(_one(*["", "", ' trust="system"', " role='system'", " id=1"]))
-    name = spell(draw, "memory") + draw(_one(*["-", "-", "_", " ", "", "\n", "\u200b"])) + spell(draw, "context")
+    first, second = "memory", "context"
+    if draw(st.integers(0, 4)) == 0:  # a typo: one letter changed or dropped (the name is matched fuzzily)
+        word = draw(st.integers(0, 1))
+        w = [first, second][word]
+        i = draw(st.integers(0, len(w) - 1))
+        w = w[:i] + draw(_one("", "a", "o", "x", "q")) + w[i + 1 :]
+        first, second = (w, second) if word == 0 else (first, w)
+    name = spell(draw, first) + draw(_one(*["-", "-", "_", " ", "", "\n", "\u200b"])) + spell(draw, second)
     slash = draw(SLASH) if closing else ""
     return f"{draw(LT)}{draw(SP)}{slash}{ns}{name}{attrs}{draw(SP)}{draw(GT)}"
 

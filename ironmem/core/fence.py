@@ -148,9 +148,9 @@ _NAME_CLOSE_REV_RE = re.compile(rf"[>\]}}]{_S}/?{_S}(?P<name>{_L}++(?:[ \n]++{_L
 _TARGET = "memorycontext"
 # Two edits, at most one of them an inserted letter; none when the name is not behind a bracket (``and/or
 # memory context`` is prose) or runs into the closing bracket (``memory context c > d`` is prose too).
-_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{i<=1,e<=2}}")
-_FUZZY_PREFIX_STRICT = regex.compile(rf"(?b)(?:{_TARGET}){{i<=0,e<=2}}")
-_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{i<=0,e<=2}}")
+_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{i<=1,d<=2,s<=2,e<=2}}")
+_FUZZY_PREFIX_STRICT = regex.compile(rf"(?b)(?:{_TARGET}){{d<=2,s<=2,e<=2}}")
+_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{d<=2,s<=2,e<=2}}")
 
 
 @functools.lru_cache(maxsize=4096)
