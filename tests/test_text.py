@@ -233,3 +233,21 @@ def test_property_fold_is_idempotent_on_letters(src: str) -> None:
     once = fold(src)
     assert fold(once) == fold(once)  # deterministic
     assert fold(src) == once
+
+
+def test_offsets_stay_right_after_characters_that_fold_long() -> None:
+    src = "x \ufdfa\ufdfa </memory-context> \u3250 y"  # U+FDFA folds to 15+ letters
+    f = fold_map(src, spaces=True, collapse=False)
+    i, j = f.text.index("<"), f.text.index(">") + 1
+    s, e = f.source_span(i, j)
+    assert src[s:e] == "</memory-context>"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_property_spans_point_into_the_source_for_any_text(src: str) -> None:
+    f = fold_map(src, spaces=True, collapse=False)
+    if f.text:
+        spans = f.source_spans([(i, i + 1) for i in range(len(f.text))])
+        assert all(0 <= s < e <= len(src) for s, e in spans)
+        assert spans == sorted(spans) or "\u202e" in src  # monotone outside right-to-left overrides

@@ -438,7 +438,11 @@ def _structural_by_name(ch: str) -> str:
     return ""
 
 
-@functools.cache
+_CACHE_LIMIT = 200_000  # distinct characters remembered per table; hostile text cannot grow memory past it
+_MAX_FOLD = 60  # longest fold of one character (U+FDFA folds to 18); keeps fold lengths in one ASCII byte
+
+
+@functools.lru_cache(maxsize=_CACHE_LIMIT)
 def fold_char(ch: str, spaces: bool = False) -> str:
     """The folded form of one character: "" for invisibles and (unless ``spaces``) separators.
 
@@ -486,7 +490,7 @@ def fold_char(ch: str, spaces: bool = False) -> str:
         elif spaces:
             if not out or out[-1] != " ":
                 out.append(" ")
-    return "".join(out).replace("rn", "m")
+    return "".join(out).replace("rn", "m")[:_MAX_FOLD]
 
 
 class _FoldTable(dict[int, str]):
@@ -498,6 +502,8 @@ class _FoldTable(dict[int, str]):
 
     def __missing__(self, cp: int) -> str:
         out = fold_char(chr(cp), self.spaces)
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
         self[cp] = out
         return out
 
@@ -506,20 +512,22 @@ _TABLES = {False: _FoldTable(False), True: _FoldTable(True)}
 
 
 class _LenTable(dict[int, str]):
-    """``str.translate`` table: each character -> one ASCII digit, the length of its fold."""
+    """``str.translate`` table: each character -> one ASCII character, ``chr(48 + length of its fold)``."""
 
     def __init__(self, spaces: bool) -> None:
         super().__init__()
         self.spaces = spaces
 
     def __missing__(self, cp: int) -> str:
-        out = chr(48 + min(len(fold_char(chr(cp), self.spaces)), 9))
+        out = chr(48 + len(fold_char(chr(cp), self.spaces)))
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
         self[cp] = out
         return out
 
 
 _LENS = {False: _LenTable(False), True: _LenTable(True)}
-_DIGITS_TO_BYTES = bytes.maketrans(b"0123456789", bytes(range(10)))
+_DIGITS_TO_BYTES = bytes.maketrans(bytes(range(48, 48 + _MAX_FOLD + 1)), bytes(range(_MAX_FOLD + 1)))
 
 
 def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
