@@ -458,3 +458,13 @@ def test_hostile_input_costs_linear_time_in_rounds() -> None:
     deep = "<|" * 300 + "im_start" + "|>" * 300 + "</memory-context>" * 50
     out = sanitize(deep)
     assert find_forgeries(out) == []
+
+
+def test_the_last_resort_removes_every_bracket_bar_and_colon_in_any_form() -> None:
+    from ironmem.core.fence import _strip_structure
+
+    text = "a <|im_start|> ＜b＞ &lt;c&gt; [d] {e} f꞉ g\n\nHuman: h"
+    out = _strip_structure(text)
+    assert not any(c in fold(out) for c in "<>[]{}|:")
+    assert find_forgeries(out) == []
+    assert "im_start" in out and "Human" in out  # the words stay, only the structure goes

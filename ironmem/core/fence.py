@@ -364,6 +364,8 @@ def _marker(kind: str, original: str) -> str:
         return NOTE_BODY_MARK
     if kind == "note":
         return NOTE_MARK if fold(original).rstrip().endswith(":") else NOTE_LABEL_MARK
+    if kind == "strip":
+        return "·"
     return HEADER_MARK + original  # header: keep the words, so the line no longer starts with a role
 
 
@@ -384,7 +386,7 @@ _STRUCTURE = frozenset("<>[]{}|:")
 def _strip_structure(text: str) -> str:
     """Last resort: every bracket, bar and colon (in any written form) becomes ``·``."""
     folded = fold_map(text, spaces=True, collapse=False)
-    spans = [folded.source_span(i, i + 1) for i, c in enumerate(folded.text) if c in _STRUCTURE]
+    spans = folded.source_spans([(i, i + 1) for i, c in enumerate(folded.text) if c in _STRUCTURE])
     return _replace(text, [(s, e, "strip") for s, e in _merge_plain(spans)]) if spans else text
 
 
