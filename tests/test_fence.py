@@ -468,3 +468,21 @@ def test_the_last_resort_removes_every_bracket_bar_and_colon_in_any_form() -> No
     assert not any(c in fold(out) for c in "<>[]{}|:")
     assert find_forgeries(out) == []
     assert "im_start" in out and "Human" in out  # the words stay, only the structure goes
+
+
+def test_the_benign_security_corpus_passes_byte_identical() -> None:
+    import json
+    from pathlib import Path
+
+    corpus = Path(__file__).parent / "data" / "security" / "corpus.jsonl"
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    benign = [r["text"] for r in rows if r["label"] == "benign"]
+    assert len(benign) > 400
+    changed = [t for t in benign if sanitize(t) != t]
+    assert changed == []
+
+
+def test_a_memory_file_path_is_not_a_fence_tag() -> None:
+    text = "The memory tool stores notes in ~/.hermes/memories/MEMORY.md and /srv/memory/ctx."
+    assert sanitize(text) == text
+    assert sanitize("</memory>") == "[fence tag removed]"  # a short memory... name in a tag still is

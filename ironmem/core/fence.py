@@ -165,7 +165,7 @@ def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False
             return 0
         m = _FUZZY_SUFFIX.match(compact[::-1])
         return m.end() if m else 0
-    if compact.startswith("memory") and len(compact) <= 12:
+    if compact.startswith("memory") and len(compact) <= 12 and not strict:  # </memory>, but not /MEMORY.md
         return len(compact)
     if len(compact) < len(_TARGET) - 2:
         return 0
