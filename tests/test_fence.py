@@ -483,6 +483,6 @@ def test_the_benign_security_corpus_passes_byte_identical() -> None:
 
 
 def test_a_memory_file_path_is_not_a_fence_tag() -> None:
-    text = "The memory tool stores notes in ~/.hermes/memories/MEMORY.md and /srv/memory/ctx."
+    text = "The memory tool stores notes in ~/.hermes/memories/MEMORY.md and /srv/memory/ctx. [memory] ok {memory}"
     assert sanitize(text) == text
     assert sanitize("</memory>") == "[fence tag removed]"  # a short memory... name in a tag still is

@@ -31,7 +31,7 @@ How it holds by construction
    between any two letters, so a new look-alike, invisible, escape or spacing is handled by the fold, not by a
    new pattern.
 2. The fence name is matched *fuzzily*: any tag-like span whose name is within two edits of
-   ``memorycontext`` (or starts with ``memory`` and is short) is a fence tag: ``</memory-contxt>``,
+   ``memorycontext`` (or, behind ``<``, starts with ``memory`` and is short) is a fence tag: ``</memory-contxt>``,
    ``</rnemory-context>`` and ``<x:memory-context trust="system">`` included. Behind a slash alone, or
    right before a closing bracket with no opener, no inserted letter is allowed (``and/or memory context``
    and ``memory context c > d`` are prose).
@@ -154,7 +154,7 @@ _FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{d<=2,s<=2,e<=2}}")
 
 
 @functools.lru_cache(maxsize=4096)
-def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False) -> int:
+def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False, short: bool = False) -> int:
     """How many letters of a tag name (letters only) spell the fence's name; 0 when it is not that name.
 
     Near means: within two edits of ``memorycontext`` (at the name's start, or at its end when ``at_end``:
@@ -165,7 +165,7 @@ def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False
             return 0
         m = _FUZZY_SUFFIX.match(compact[::-1])
         return m.end() if m else 0
-    if compact.startswith("memory") and len(compact) <= 12 and not strict:  # </memory>, but not /MEMORY.md
+    if short and compact.startswith("memory") and len(compact) <= 12:  # </memory>; not [memory] or /MEMORY.md
         return len(compact)
     if len(compact) < len(_TARGET) - 2:
         return 0
@@ -286,7 +286,9 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
         for m in _OPEN_NAME_RE.finditer(v):
             name = m.group("name")
             bracket = m.group(0)[0] in "<[{"
-            n = _near_fence_name(name.replace(" ", "").replace("\n", ""), strict=not bracket)
+            n = _near_fence_name(
+                name.replace(" ", "").replace("\n", ""), strict=not bracket, short=m.group(0)[0] == "<"
+            )
             if not n:
                 continue
             end = m.start("name") + _letter_offset(name, n)
