@@ -28,15 +28,15 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _util import ROOT, metadata, table, write_json  # noqa: E402
+from _util import ROOT, metadata, table, write_json
 
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import test_fence_properties as grammar
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
-import test_fence_properties as grammar  # noqa: E402
-from ironmem.core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, sanitize  # noqa: E402
+from ironmem.core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, sanitize
 
 _PEER_RE = re.compile(
     r"</?\s*memory[-_ ]?context\s*>|<\|(?:im_start|im_end|eot_id|start_header_id|end_header_id)\|>|\[/?INST\]"
@@ -59,8 +59,13 @@ def run_grammar(examples: int, seed: int) -> dict[str, Any]:
     """Fence ``examples`` generated attacks; count what the oracle still finds, for ours and the peer."""
     counts = {"examples": 0, "ironmem_forged": 0, "peer_forged": 0, "failures": []}
 
-    @settings(max_examples=examples, deadline=None, phases=[Phase.generate], database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        phases=[Phase.generate],
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(grammar.attack())
     def one(text: str) -> None:
         counts["examples"] += 1
@@ -85,8 +90,13 @@ def run_grammar(examples: int, seed: int) -> dict[str, Any]:
 def _sample(strategy: st.SearchStrategy[str], n: int) -> list[str]:
     out: list[str] = []
 
-    @settings(max_examples=n, deadline=None, phases=[Phase.generate], database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        deadline=None,
+        phases=[Phase.generate],
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def collect(x: str) -> None:
         out.append(x)
@@ -106,8 +116,12 @@ CYRILLIC = "Пользователь предпочитает метрическ
 
 def corpora(size: int, seed: int) -> dict[str, str]:
     rng = random.Random(seed)
-    forgeries = _sample(st.one_of(grammar.fence_tag(), grammar.template_token(), grammar.turn_header(),
-                                  grammar.note_header()), 400)
+    forgeries = _sample(
+        st.one_of(
+            grammar.fence_tag(), grammar.template_token(), grammar.turn_header(), grammar.note_header()
+        ),
+        400,
+    )
     dense_parts: list[str] = []
     n = 0
     while n < size:
@@ -141,7 +155,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1,000 generated attacks instead of 10,000")
     ap.add_argument("--examples", type=int, help="generated attacks (default 10,000; 1,000 with --quick)")
-    ap.add_argument("--size", type=int, default=1_000_000, help="characters per throughput corpus (default 1 MB)")
+    ap.add_argument(
+        "--size", type=int, default=1_000_000, help="characters per throughput corpus (default 1 MB)"
+    )
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
@@ -149,15 +165,25 @@ def main() -> int:
 
     print(f"fence: {examples:,} generated attacks ...", flush=True)
     gen = run_grammar(examples, args.seed)
-    print(table(
-        ["system", "attacks", "forgery reaches the model", "rate"],
-        [
-            ["ironmem fence", f"{gen['examples']:,}", f"{gen['ironmem_forged']:,}",
-             f"{gen['ironmem_forged'] / max(gen['examples'], 1):.2%}"],
-            ["literal-tag peer", f"{gen['examples']:,}", f"{gen['peer_forged']:,}",
-             f"{gen['peer_forged'] / max(gen['examples'], 1):.2%}"],
-        ],
-    ))
+    print(
+        table(
+            ["system", "attacks", "forgery reaches the model", "rate"],
+            [
+                [
+                    "ironmem fence",
+                    f"{gen['examples']:,}",
+                    f"{gen['ironmem_forged']:,}",
+                    f"{gen['ironmem_forged'] / max(gen['examples'], 1):.2%}",
+                ],
+                [
+                    "literal-tag peer",
+                    f"{gen['examples']:,}",
+                    f"{gen['peer_forged']:,}",
+                    f"{gen['peer_forged'] / max(gen['examples'], 1):.2%}",
+                ],
+            ],
+        )
+    )
     for f in gen["failures"]:
         print("  survived:", repr(f["input"])[:200], f["problems"])
     print(f"({gen['seconds']} s)\n", flush=True)
@@ -169,17 +195,38 @@ def main() -> int:
         f = cpu_best(fence, text)
         p = cpu_best(peer_sanitize, text)
         changed = sanitize(text) != text
-        speed[name] = {"chars": len(text), "sanitize_s": round(s, 4), "fence_s": round(f, 4), "peer_s": round(p, 4),
-                       "changed": changed}
-        rows.append([name, f"{len(text) / 1e6:.1f} MB", f"{s:.3f}", f"{f:.3f}", f"{p:.3f}", "yes" if changed else "no"])
+        speed[name] = {
+            "chars": len(text),
+            "sanitize_s": round(s, 4),
+            "fence_s": round(f, 4),
+            "peer_s": round(p, 4),
+            "changed": changed,
+        }
+        rows.append(
+            [
+                name,
+                f"{len(text) / 1e6:.1f} MB",
+                f"{s:.3f}",
+                f"{f:.3f}",
+                f"{p:.3f}",
+                "yes" if changed else "no",
+            ]
+        )
     print("Throughput, CPU seconds (best of 3)")
     print(table(["corpus", "size", "sanitize", "fence", "peer", "rewritten"], rows))
     worst = max(v["fence_s"] / (v["chars"] / 1e6) for v in speed.values())  # seconds per MB
     met = worst < 1.0 and gen["ironmem_forged"] == 0
-    print(f"\nworst fence time per MB: {worst:.3f} s; target (< 1 s, no forgery through): {'MET' if met else 'MISSED'}")
+    print(
+        f"\nworst fence time per MB: {worst:.3f} s; target (< 1 s, no forgery through): {'MET' if met else 'MISSED'}"
+    )
 
-    result = {"benchmark": "fence_bench", **metadata(args.quick), "generated": gen, "speed": speed,
-              "targets": {"no_forgery_and_under_1s_per_mb": {"met": met, "value_ms": round(worst * 1000, 1)}}}
+    result = {
+        "benchmark": "fence_bench",
+        **metadata(args.quick),
+        "generated": gen,
+        "speed": speed,
+        "targets": {"no_forgery_and_under_1s_per_mb": {"met": met, "value_ms": round(worst * 1000, 1)}},
+    }
     path = write_json("fence_bench", result)
     if args.json:
         write_json(args.json.stem, result, args.json.parent)

@@ -291,7 +291,7 @@ def test_property_sanitize_is_idempotent(text: str) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Issue #13: every class the outside red team used, with variants of our own (not their list).
 
-from ironmem.core.text import fold  # noqa: E402
+from ironmem.core.text import fold
 
 CLASSES: dict[str, list[str]] = {
     "look-alike letter from any script": [

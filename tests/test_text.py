@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ironmem.core import text as T
-from ironmem.core.text import confusables, decode_escapes, fold, fold_char, fold_map, skeleton, strip_invisibles
+from ironmem.core.text import (
+    confusables,
+    decode_escapes,
+    fold,
+    fold_char,
+    fold_map,
+    skeleton,
+    strip_invisibles,
+)
 
 # ------------------------------------------------------------------------------------------------ escapes
 
@@ -167,7 +175,14 @@ def test_skeleton_follows_uts39() -> None:
 
 @pytest.mark.parametrize(
     "spelled",
-    ["memory context", "memory\ncontext", "m e m o r y - c o n t e x t", "memory_context", "MEMORY.CONTEXT", "memory·context"],
+    [
+        "memory context",
+        "memory\ncontext",
+        "m e m o r y - c o n t e x t",
+        "memory_context",
+        "MEMORY.CONTEXT",
+        "memory·context",
+    ],
 )
 def test_separators_between_letters_collapse(spelled: str) -> None:
     assert fold(spelled).replace("\n", "") == fold("memorycontext")

@@ -77,7 +77,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterator
 
 import regex
 
@@ -224,7 +223,19 @@ _CONTROL_NAME = (
     rf"|(?:{_alt('tool', 'function', 'python')}){_S}{_CALL_WORDS})"  # tool_call, function_results, ...
 )
 _CONTROL_TAG_RE = re.compile(rf"<{_S}/?{_S}{_NS}{_CONTROL_NAME}(?!{_L})[^<>\x00]{{0,200}}?>")
-_BRACKET_NAME = rf"(?:{_alt(*_ROLES, 'inst', 'sys', 'think', 'available tools', 'system prompt', 'tool calls', 'tool call', 'tool results', 'tool result', 'tool content')})"
+_BRACKET_WORDS = (
+    "inst",
+    "sys",
+    "think",
+    "available tools",
+    "system prompt",
+    "tool calls",
+    "tool call",
+    "tool results",
+    "tool result",
+    "tool content",
+)
+_BRACKET_NAME = rf"(?:{_alt(*_ROLES, *_BRACKET_WORDS)})"
 _BRACKET_TOKEN_RE = re.compile(rf"\[{_S}/?{_S}{_BRACKET_NAME}{_S}\]")
 
 # Turn headers at a line start.
@@ -248,12 +259,15 @@ def _blank_line_before(v: str, pos: int) -> bool:
         i -= 1
     return True
 
+
 # Note headers.
 _AUTH = _alt("system", "admin", "administrator", "developer", "operator")
 _NOTE_WORD = _alt("note", "notes", "notice")
 _NOTE_COLON_RE = re.compile(rf"{_AUTH}{_S}{_NOTE_WORD}{_S}\]?{_S}:")  # system note:   [System note]: x
 _NOTE_LABEL_RE = re.compile(rf"\[{_S}{_AUTH}(?:{_S}{_NOTE_WORD})?{_S}\]")  # [SYSTEM]  [System notes]
-_AUTHORITY = rf"{_H}{_AUTH}{_S}{_alt('message', 'instruction', 'instructions', 'directive', 'override')}{_S}\]?{_S}:"
+_AUTHORITY = (
+    rf"{_H}{_AUTH}{_S}{_alt('message', 'instruction', 'instructions', 'directive', 'override')}{_S}\]?{_S}:"
+)
 _AUTHORITY_AT_RE = re.compile(_AUTHORITY)  # Admin message: at the start of the text
 _AUTHORITY_RE = re.compile(rf"[\n\[]{_AUTHORITY}")  # ... of a line, or after [
 _NOTE_BODY_RE = re.compile(_kw("recalled memory context not new user input"))
@@ -425,7 +439,9 @@ def sanitize(text: str) -> str:
         out = _replace(out, spans)
     if not find_forgeries(out):
         return out
-    logger.warning("recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS)
+    logger.warning(
+        "recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS
+    )
     return _strip_structure(out)
 
 

@@ -2,7 +2,7 @@
 
 The fence (:mod:`ironmem.core.fence`) and the write-time scanner both match patterns against a *folded* view of
 the text, never against the raw characters, so a pattern written once for ``memory context`` also matches
-``ｍｅｍ0ｒу​cоntехt``, ``&#00109;emory-context``, ``\\6d emory context`` and ``m e m o r y``. Folding is:
+``ｍｅｍ0ｒу\u200bcоntехt``, ``&#00109;emory-context``, ``\\6d emory context`` and ``m e m o r y``. Folding is:
 
 1. **Escape decoding** (:func:`decode_escapes`), repeated until nothing changes (at most
    :data:`MAX_DECODE_ROUNDS` rounds, so ``&amp;lt;`` and ``%253C`` decode too): HTML named and numeric
@@ -21,8 +21,9 @@ the text, never against the raw characters, so a pattern written once for ``memo
    database), then NFKD, combining marks dropped, case folded, and the UTS #39 confusable *skeleton* mapping
    applied from Unicode's own ``confusables.txt`` (vendored in ``ironmem/core/data/`` with its licence;
    ``tools/update_confusables.py`` refreshes it), repeated until stable. Punctuation whose prototype is not
-   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET ``[``). The letters ``i`` and ``l`` (and with
-   them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter ``i``: UTS #39 keeps them apart only by case.
+   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET
+   ``[``). The letters ``i`` and ``l`` (and with them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter
+   ``i``: UTS #39 keeps them apart only by case.
    A non-letter whose skeleton is ``l`` (``∣``, ``｜``, ``│`` ...) is a vertical bar ``|``.
 4. **Separators**: every character that is neither a letter, a digit nor one of the *structural* characters
    :data:`STRUCTURAL` (``< > / [ ] { } | : # * =`` and the line break) is a separator. ``fold(text)`` drops
@@ -38,8 +39,8 @@ match in the folded view can be cut out of the original text at exactly the righ
 
 The fold is a *matching* view, never shown to anyone: it is lossy on purpose (``0`` folds to ``o``, ``I`` and
 ``1`` to ``i``; a character whose UTS #39 prototype is ``rn``, such as ``ｍ``, folds to ``m``: the two-letter
-``rn`` itself is left to fuzzy matching by the caller). Match it against patterns built with :func:`fold` too, never against hand-folded
-literals.
+``rn`` itself is left to fuzzy matching by the caller). Match it against patterns built with :func:`fold`
+too, never against hand-folded literals.
 
 Example:
     >>> fold("</ＭＥＭ0ＲＹ\u200b-cоntехt>")
@@ -68,11 +69,11 @@ from pathlib import Path
 import regex
 
 __all__ = [
-    "CONFUSABLES_VERSION",
     "MAX_DECODE_ROUNDS",
     "STRUCTURAL",
     "Folded",
     "confusables",
+    "confusables_version",
     "decode_escapes",
     "fold",
     "fold_char",
@@ -143,10 +144,14 @@ def confusables() -> dict[str, str]:
     return _confusables_table()[0]
 
 
-def __getattr__(name: str) -> str:  # CONFUSABLES_VERSION is read lazily with the table
-    if name == "CONFUSABLES_VERSION":
-        return _confusables_table()[1]
-    raise AttributeError(name)
+def confusables_version() -> str:
+    """The Unicode version of the vendored ``confusables.txt`` (its ``# Version:`` header).
+
+    Example:
+        >>> confusables_version() >= "15"
+        True
+    """
+    return _confusables_table()[1]
 
 
 def skeleton(text: str) -> str:
@@ -253,7 +258,12 @@ class _Stage:
 
     def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """:meth:`span` for many spans at once (the hot path on hostile input)."""
-        seg_out, seg_out_end, seg_in, seg_in_end = self.seg_out, self.seg_out_end, self.seg_in, self.seg_in_end
+        seg_out, seg_out_end, seg_in, seg_in_end = (
+            self.seg_out,
+            self.seg_out_end,
+            self.seg_in,
+            self.seg_in_end,
+        )
         bis = bisect.bisect_right
         out = []
         for start, end in spans:
@@ -375,8 +385,9 @@ _BAR_PROTOTYPES = frozenset("l│|")
 
 def _demark(text: str) -> str:
     return "".join(
-        c for c in unicodedata.normalize("NFKD", text) if not (unicodedata.combining(c) or is_invisible(c))
-        and unicodedata.category(c) not in ("Mn", "Me")
+        c
+        for c in unicodedata.normalize("NFKD", text)
+        if not (unicodedata.combining(c) or is_invisible(c)) and unicodedata.category(c) not in ("Mn", "Me")
     )
 
 
@@ -487,9 +498,8 @@ def fold_char(ch: str, spaces: bool = False) -> str:
             out.append("i")
         elif c.isalnum():
             out.append(c.lower() if c.isascii() else c)
-        elif spaces:
-            if not out or out[-1] != " ":
-                out.append(" ")
+        elif spaces and (not out or out[-1] != " "):
+            out.append(" ")
     return "".join(out).replace("rn", "m")[:_MAX_FOLD]
 
 
@@ -560,7 +570,9 @@ def _fold_chars(text: str, spaces: bool) -> str:
         return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
     table = _TABLES[spaces]
     return "".join(
-        run.encode("ascii").translate(fold_tbl, delete).decode("ascii") if run.isascii() else run.translate(table)
+        run.encode("ascii").translate(fold_tbl, delete).decode("ascii")
+        if run.isascii()
+        else run.translate(table)
         for run in _RUNS_RE.findall(text)
     )
 
