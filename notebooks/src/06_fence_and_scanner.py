@@ -102,7 +102,7 @@ def still_forged(fenced: str) -> list[str]:
     if whole.count("<memorycontext>") != 1 or whole.count("</memorycontext>") != 1:
         problems.append("fence tags")
     body = fenced[len(FENCE_OPEN) : -len(FENCE_CLOSE)].split("\n\n", 1)[1]
-    problems += [kind for _, _, kind in find_forgeries(body)]
+    problems += [kind for _, _, kind in find_forgeries(body, headers=True)]
     return problems
 
 
