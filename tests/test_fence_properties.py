@@ -296,7 +296,8 @@ _O_BRACKET = re.compile(r"\[/?(?:inst|sys|toolcalls|availabletools|toolresults|s
 _O_HEADER = re.compile(r"(?:^|\n)(?:[#>*]*)(?:human|assistant)\**:")
 _O_MARKED = re.compile(r"\n[#>*]+(?:system|user|assistant|human|developer|instruction|response)\**:")
 _O_BLANK = re.compile(r"\n\n(?:system|user|developer|tool):")
-_O_NOTE = re.compile(r"systemnot(?:e|es|ice)\]?:|\[systemnot(?:e|es|ice)\]")
+# On the spaced fold: "subsystem note:" is prose, so the note header starts a word.
+_O_NOTE = re.compile(r"(?<![^\W_])system ?not(?:e|es|ice) ?\]? ?:|\[ ?system ?not(?:e|es|ice) ?\]")
 
 
 def _body(out: str) -> str:
@@ -325,7 +326,7 @@ def forged(out: str) -> list[str]:
         ("turn header", _O_HEADER, lines),
         ("marked-up header", _O_MARKED, lines),
         ("blank-line header", _O_BLANK, lines[2:]),  # a text-start System: line is documented as ordinary
-        ("note header", _O_NOTE, v),
+        ("note header", _O_NOTE, fold(body, spaces=True)),
     ):
         m = rx.search(text)
         if m:

@@ -127,7 +127,8 @@ _L = r"[^\W_]"  # one letter or digit of any script
 def _kw(words: str) -> str:
     """Regex for a keyword phrase in the fold: its folded letters, separators allowed between any two."""
     letters = [c for c in fold(words) if c.strip()]
-    return _S.join(re.escape(c) for c in letters)
+    # i (and l, which folds to i) may be written with a bar look-alike: [tool_ca∣∣s]
+    return _S.join("[i|]" if c == "i" else re.escape(c) for c in letters)
 
 
 def _alt(*phrases: str) -> str:
@@ -168,6 +169,8 @@ def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False
         return len(compact)
     if len(compact) < len(_TARGET) - 2:
         return 0
+    if not compact.startswith(("m", "rn")):
+        strict = True  # an inserted letter is allowed inside the name, not before it (a < b memory context)
     m = (_FUZZY_PREFIX_STRICT if strict else _FUZZY_PREFIX).match(compact)
     return m.end() if m else 0
 
@@ -216,7 +219,22 @@ _CONTROL = (
     "function calls",
     "antml",
 )
-_CALL_WORDS = r"(?:call|calls|use|uses|response|responses|result|results|output|outputs|code|tag|list|def)"
+_CALL_WORDS = _alt(
+    "call",
+    "calls",
+    "use",
+    "uses",
+    "response",
+    "responses",
+    "result",
+    "results",
+    "output",
+    "outputs",
+    "code",
+    "tag",
+    "list",
+    "def",
+)
 _CONTROL_NAME = (
     rf"(?:{_alt(*_ROLES, *_CONTROL)}"
     rf"|(?:{_alt('start', 'end', 'begin')}){_S}(?:{_kw('of')}{_S})?{_L}+"  # start_of_turn, end_of_text, ...
