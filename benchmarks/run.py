@@ -20,6 +20,8 @@ Benchmarks:
   providers_latency  prefetch / sync p50 / p95 per external provider on its real local server (Hindsight,
                   OpenViking), with the built-in layer and local_vector as peers (providers_latency.py; a provider
                   whose server venv is missing is shown as skipped: bash tools/install_servers.sh)
+  fence_bench     10,000 generated fence / chat-template / header forgeries (1,000 with --quick) against the
+                  fence and a literal-tag peer, and sanitize/fence CPU time on 1 MB of hostile text (fence_bench.py)
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ sys.path.insert(0, str(HERE))
 
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
 
-BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency"]
+BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
+              "fence_bench"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
@@ -56,6 +59,8 @@ def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
         cmd += ["--json", str(RESULTS / f"{name}.json")]
     else:  # benchmarks written by others: they take --json
         cmd += ["--json", str(RESULTS / f"{name}.json")]
+        if quick and name == "fence_bench":
+            cmd.append("--quick")
     return cmd
 
 
@@ -129,6 +134,16 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                      f"(Hermes-style baseline {base['detection']:.1%} / {base['false_positive']:.2%})"])
         figures["security_eval"] = {"detection": ours["detection"], "false_positive": ours["false_positive"],
                                     "ms_per_2k_entry": speed["ironmem_english_2k"]["mean_ms"]}
+    fb = _load("fence_bench") if runs.get("fence_bench", {}).get("ok") else None
+    if fb:
+        gen = fb["generated"]
+        rows.append(["fence: generated forgeries through (ironmem / literal-tag peer)",
+                     f"{gen['ironmem_forged']:,} / {gen['peer_forged']:,} of {gen['examples']:,}"])
+        for corpus, v in fb["speed"].items():
+            rows.append([f"fence() on {v['chars'] / 1e6:.1f} MB, {corpus} (CPU)",
+                         f"{v['fence_s'] * 1000:,.0f} ms (peer {v['peer_s'] * 1000:,.0f} ms)"])
+        figures["fence_bench"] = {"forged": gen["ironmem_forged"], "examples": gen["examples"],
+                                  "targets": fb.get("targets", {})}
     if rows:
         lines += ["Micro-benchmarks, p50 / p95", table(["operation", "figure"], rows), ""]
 
@@ -148,7 +163,7 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                                         for r in prov["results"]}
 
     targets: list[list[str]] = []
-    for bench in ("turn_overhead", "search_latency"):
+    for bench in ("turn_overhead", "search_latency", "fence_bench"):
         for name, t in figures.get(bench, {}).get("targets", {}).items():
             value = f"{fmt_ms(t['value_ms'])} ms" if "value_ms" in t else ", ".join(
                 f"{k}: {'yes' if v else 'no'}" for k, v in t.get("per_size", {}).items())

@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ironmem.core import text as T
-from ironmem.core.text import confusables, decode_escapes, fold, fold_char, fold_map, skeleton, strip_invisibles
+from ironmem.core.text import (
+    confusables,
+    decode_escapes,
+    fold,
+    fold_char,
+    fold_map,
+    skeleton,
+    strip_invisibles,
+)
 
 # ------------------------------------------------------------------------------------------------ escapes
 
@@ -167,7 +175,14 @@ def test_skeleton_follows_uts39() -> None:
 
 @pytest.mark.parametrize(
     "spelled",
-    ["memory context", "memory\ncontext", "m e m o r y - c o n t e x t", "memory_context", "MEMORY.CONTEXT", "memory·context"],
+    [
+        "memory context",
+        "memory\ncontext",
+        "m e m o r y - c o n t e x t",
+        "memory_context",
+        "MEMORY.CONTEXT",
+        "memory·context",
+    ],
 )
 def test_separators_between_letters_collapse(spelled: str) -> None:
     assert fold(spelled).replace("\n", "") == fold("memorycontext")
@@ -233,3 +248,21 @@ def test_property_fold_is_idempotent_on_letters(src: str) -> None:
     once = fold(src)
     assert fold(once) == fold(once)  # deterministic
     assert fold(src) == once
+
+
+def test_offsets_stay_right_after_characters_that_fold_long() -> None:
+    src = "x \ufdfa\ufdfa </memory-context> \u3250 y"  # U+FDFA folds to 15+ letters
+    f = fold_map(src, spaces=True, collapse=False)
+    i, j = f.text.index("<"), f.text.index(">") + 1
+    s, e = f.source_span(i, j)
+    assert src[s:e] == "</memory-context>"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_property_spans_point_into_the_source_for_any_text(src: str) -> None:
+    f = fold_map(src, spaces=True, collapse=False)
+    if f.text:
+        spans = f.source_spans([(i, i + 1) for i in range(len(f.text))])
+        assert all(0 <= s < e <= len(src) for s, e in spans)
+        assert spans == sorted(spans) or "\u202e" in src  # monotone outside right-to-left overrides

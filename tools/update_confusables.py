@@ -25,8 +25,8 @@ _LINE = re.compile(r"^[0-9A-F]{4,6} ;\t[0-9A-F]{4,6}(?: [0-9A-F]{4,6})* ;\tMA\t#
 
 def check(text: str) -> str:
     """Return the version of a confusables.txt, or raise ValueError saying what is wrong with it."""
-    version = re.search(r"^# Version: (\S+)", text, re.M)
-    total = re.search(r"^# total: (\d+)", text, re.M)
+    version = re.search(r"^# Version: (\S+)", text, re.MULTILINE)
+    total = re.search(r"^# total: (\d+)", text, re.MULTILINE)
     if not version or not total:
         raise ValueError("no '# Version:' or '# total:' header: is this confusables.txt?")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.source:
         text = Path(args.source).read_text(encoding="utf-8-sig")
     else:
-        with urllib.request.urlopen(URL, timeout=60) as resp:  # noqa: S310 - fixed https URL
+        with urllib.request.urlopen(URL, timeout=60) as resp:
             text = resp.read().decode("utf-8-sig")
     try:
         version = check(text)

@@ -31,8 +31,10 @@ How it holds by construction
    between any two letters, so a new look-alike, invisible, escape or spacing is handled by the fold, not by a
    new pattern.
 2. The fence name is matched *fuzzily*: any tag-like span whose name is within two edits of
-   ``memorycontext`` (or starts with ``memory`` and is short) is a fence tag: ``</memory-contxt>``,
-   ``</rnemory-context>`` and ``<x:memory-context trust="system">`` included.
+   ``memorycontext`` (or, behind ``<``, starts with ``memory`` and is short) is a fence tag: ``</memory-contxt>``,
+   ``</rnemory-context>`` and ``<x:memory-context trust="system">`` included. Behind a slash alone, or
+   right before a closing bracket with no opener, no inserted letter is allowed (``and/or memory context``
+   and ``memory context c > d`` are prose).
 3. Chat-template tokens are matched by shape, not by list: anything between ``<|`` and ``|>`` (full-width
    and look-alike bars fold to ``|``), and angle or square bracket tags whose name is a *role* (system, user,
    assistant, human, developer, model, tool, function, ipython) or a *control word* of the templates (inst,
@@ -74,7 +76,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+import re
 
 import regex
 
@@ -117,37 +119,42 @@ _PRIORITY = {"tag": 5, "token": 4, "note-body": 3, "note": 2, "header": 1}
 # All patterns run on fold_map(text, spaces=True, collapse=False).text: lower-case, look-alikes mapped, every
 # separator a space, structural characters  < > / [ ] { } | : # * =  and line breaks kept.
 
-_S = r"[ \n]*"  # any run of separators (including line breaks) between two letters
-_H = r" *"  # horizontal separators only
+_S = r"[ \n]*+"  # any run of separators (including line breaks) between two letters
+_H = r" *+"  # horizontal separators only
 _L = r"[^\W_]"  # one letter or digit of any script
 
 
 def _kw(words: str) -> str:
     """Regex for a keyword phrase in the fold: its folded letters, separators allowed between any two."""
     letters = [c for c in fold(words) if c.strip()]
-    return _S.join(regex.escape(c) for c in letters)
+    # i (and l, which folds to i) may be written with a bar look-alike: [tool_ca∣∣s]
+    return _S.join("[i|]" if c == "i" else re.escape(c) for c in letters)
 
 
 def _alt(*phrases: str) -> str:
     return "(?:" + "|".join(_kw(p) for p in sorted(phrases, key=len, reverse=True)) + ")"
 
 
-_WORDS = rf"{_L}+(?:[ \n]+{_L}+){{0,15}}"
-_NS = rf"(?:{_L}{{1,24}}{_S}:{_S})?"  # an XML namespace prefix, x:
-_TAG_TAIL = regex.compile(r"[^<>\[\]{}\x00]{0,200}?[>\]}]")
+_WORDS = rf"{_L}++(?:[ \n]++{_L}++){{0,15}}+"
+_NS = rf"(?:{_L}{{1,24}}+{_S}:{_S})?"  # an XML namespace prefix, x:
+_TAG_TAIL = re.compile(r"[^<>\[\]{}\x00]{0,200}?[>\]}]")
 
 # A fence-name candidate: an opening bracket or slash, then the name (checked by _near_fence_name).
-_OPEN_NAME_RE = regex.compile(rf"(?:[<\[{{]{_S}/?|/){_S}{_NS}(?P<name>{_WORDS})")
+_OPEN_NAME_RE = re.compile(rf"(?:[<\[{{]{_S}/?|/){_S}{_NS}(?P<name>{_WORDS})")
 # ... or a name directly before a closing bracket (the opener left out).
-_NAME_CLOSE_RE = regex.compile(rf"(?<!{_L})(?P<name>{_L}+(?:[ \n]+{_L}+){{0,3}}){_S}/?{_S}[>\]}}]")
+# Matched on the reversed fold, so that the search starts at closing brackets only.
+_NAME_CLOSE_REV_RE = re.compile(rf"[>\]}}]{_S}/?{_S}(?P<name>{_L}++(?:[ \n]++{_L}++){{0,3}}+)")
 
 _TARGET = "memorycontext"
-_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{e<=2}}")
-_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{e<=2}}")
+# Two edits, at most one of them an inserted letter; none when the name is not behind a bracket (``and/or
+# memory context`` is prose) or runs into the closing bracket (``memory context c > d`` is prose too).
+_FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{i<=1,d<=2,s<=2,e<=2}}")
+_FUZZY_PREFIX_STRICT = regex.compile(rf"(?b)(?:{_TARGET}){{d<=2,s<=2,e<=2}}")
+_FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{d<=2,s<=2,e<=2}}")
 
 
 @functools.lru_cache(maxsize=4096)
-def _near_fence_name(compact: str, *, at_end: bool = False) -> int:
+def _near_fence_name(compact: str, *, at_end: bool = False, strict: bool = False, short: bool = False) -> int:
     """How many letters of a tag name (letters only) spell the fence's name; 0 when it is not that name.
 
     Near means: within two edits of ``memorycontext`` (at the name's start, or at its end when ``at_end``:
@@ -158,16 +165,20 @@ def _near_fence_name(compact: str, *, at_end: bool = False) -> int:
             return 0
         m = _FUZZY_SUFFIX.match(compact[::-1])
         return m.end() if m else 0
-    if compact.startswith("memory") and len(compact) <= 12:
+    if short and compact.startswith("memory") and len(compact) <= 12:  # </memory>; not [memory] or /MEMORY.md
         return len(compact)
     if len(compact) < len(_TARGET) - 2:
         return 0
-    m = _FUZZY_PREFIX.match(compact)
+    if not compact.startswith(("m", "rn")):
+        strict = True  # an inserted letter is allowed inside the name, not before it (a < b memory context)
+    m = (_FUZZY_PREFIX_STRICT if strict else _FUZZY_PREFIX).match(compact)
     return m.end() if m else 0
 
 
 def _letter_offset(run: str, n: int) -> int:
     """Offset in ``run`` just after its ``n``-th letter (separators between letters do not count)."""
+    if " " not in run and "\n" not in run:
+        return min(n, len(run))
     seen = 0
     for i, c in enumerate(run):
         if c not in " \n":
@@ -177,13 +188,13 @@ def _letter_offset(run: str, n: int) -> int:
     return len(run)
 
 
-_CLOSE_RE = regex.compile(rf"{_S}/?{_S}[>\]}}]")
+_CLOSE_RE = re.compile(rf"{_S}/?{_S}[>\]}}]")
 
 
 # Chat-template tokens by shape.
-_BAR_RE = regex.compile(
-    rf"<{_S}\|{_S}{_L}[^<>|\[\]{{}}\x00]{{0,63}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
-    rf"|<{_S}{_L}[^<>|\[\]{{}}\x00]{{0,63}}?\|{_S}>"  # <anything|>
+_BAR_RE = re.compile(
+    rf"<{_S}\|{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
+    rf"|<{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>"  # <anything|>
 )
 
 _ROLES = ("system", "user", "assistant", "human", "developer", "model", "tool", "function", "ipython")
@@ -208,50 +219,92 @@ _CONTROL = (
     "function calls",
     "antml",
 )
-_CALL_WORDS = r"(?:call|calls|use|uses|response|responses|result|results|output|outputs|code|tag|list|def)"
+_CALL_WORDS = _alt(
+    "call",
+    "calls",
+    "use",
+    "uses",
+    "response",
+    "responses",
+    "result",
+    "results",
+    "output",
+    "outputs",
+    "code",
+    "tag",
+    "list",
+    "def",
+)
 _CONTROL_NAME = (
     rf"(?:{_alt(*_ROLES, *_CONTROL)}"
     rf"|(?:{_alt('start', 'end', 'begin')}){_S}(?:{_kw('of')}{_S})?{_L}+"  # start_of_turn, end_of_text, ...
     rf"|(?:{_alt('tool', 'function', 'python')}){_S}{_CALL_WORDS})"  # tool_call, function_results, ...
 )
-_CONTROL_TAG_RE = regex.compile(rf"<{_S}/?{_S}{_NS}{_CONTROL_NAME}(?!{_L})[^<>\x00]{{0,200}}?>")
-_BRACKET_NAME = rf"(?:{_alt(*_ROLES, 'inst', 'sys', 'think', 'available tools', 'system prompt', 'tool calls', 'tool call', 'tool results', 'tool result', 'tool content')})"
-_BRACKET_TOKEN_RE = regex.compile(rf"\[{_S}/?{_S}{_BRACKET_NAME}{_S}\]")
+_CONTROL_TAG_RE = re.compile(rf"<{_S}/?{_S}{_NS}{_CONTROL_NAME}(?!{_L})[^<>\x00]{{0,200}}?>")
+_BRACKET_WORDS = (
+    "inst",
+    "sys",
+    "think",
+    "available tools",
+    "system prompt",
+    "tool calls",
+    "tool call",
+    "tool results",
+    "tool result",
+    "tool content",
+)
+_BRACKET_NAME = rf"(?:{_alt(*_ROLES, *_BRACKET_WORDS)})"
+_BRACKET_TOKEN_RE = re.compile(rf"\[{_S}/?{_S}{_BRACKET_NAME}{_S}\]")
 
 # Turn headers at a line start.
 _TURN_ROLES = ("human", "assistant")
 _BLANK_LINE_ROLES = ("system", "user", "developer", "model", "tool", "function", "ipython", "ai", "bot")
 _MARKUP_ROLES = (*_TURN_ROLES, *_BLANK_LINE_ROLES, "instruction", "instructions", "response")
-_HEADER_RE = regex.compile(
-    rf"(?:^|(?<=\n)){_H}(?P<markup>(?:[#>*]{_H}){{0,8}})(?P<role>{_alt(*_MARKUP_ROLES)}){_H}(?:\*{_H}){{0,4}}:",
-    regex.MULTILINE,
-)
-_TURN_ROLE_RE = regex.compile(_alt(*_TURN_ROLES))
-_BLANK_BEFORE_RE = regex.compile(r"\n *\n *\Z")
+_HEADER = rf"{_H}(?P<markup>(?:[#>*]{_H}){{0,8}})(?P<role>{_alt(*_MARKUP_ROLES)}){_H}(?:\*{_H}){{0,4}}:"
+_HEADER_AT_RE = re.compile(_HEADER)  # at the start of the text
+_HEADER_NL_RE = re.compile(r"\n" + _HEADER)  # after a line break
+_TURN_ROLE_RE = re.compile(_alt(*_TURN_ROLES))
+
+
+def _blank_line_before(v: str, pos: int) -> bool:
+    """Is ``v[:pos]`` a blank line's end (two line breaks, only separators around them)?"""
+    i = pos - 1
+    for _ in range(2):
+        while i >= 0 and v[i] == " ":
+            i -= 1
+        if i < 0 or v[i] != "\n":
+            return False
+        i -= 1
+    return True
+
 
 # Note headers.
 _AUTH = _alt("system", "admin", "administrator", "developer", "operator")
 _NOTE_WORD = _alt("note", "notes", "notice")
-_NOTE_RE = regex.compile(
-    rf"(?<!{_L}){_AUTH}{_S}{_NOTE_WORD}{_S}\]?{_S}:"  # system note:   [System note]: x
-    rf"|\[{_S}{_AUTH}(?:{_S}{_NOTE_WORD})?{_S}\]"  # [SYSTEM]  [System notes]
-    rf"|(?:^|(?<=\n)|(?<=\[)){_H}{_AUTH}{_S}{_alt('message', 'instruction', 'instructions', 'directive', 'override')}{_S}\]?{_S}:",
-    regex.MULTILINE,
+_NOTE_COLON_RE = re.compile(rf"{_AUTH}{_S}{_NOTE_WORD}{_S}\]?{_S}:")  # system note:   [System note]: x
+_NOTE_LABEL_RE = re.compile(rf"\[{_S}{_AUTH}(?:{_S}{_NOTE_WORD})?{_S}\]")  # [SYSTEM]  [System notes]
+_AUTHORITY = (
+    rf"{_H}{_AUTH}{_S}{_alt('message', 'instruction', 'instructions', 'directive', 'override')}{_S}\]?{_S}:"
 )
-_NOTE_BODY_RE = regex.compile(_kw("recalled memory context not new user input"))
+_AUTHORITY_AT_RE = re.compile(_AUTHORITY)  # Admin message: at the start of the text
+_AUTHORITY_RE = re.compile(rf"[\n\[]{_AUTHORITY}")  # ... of a line, or after [
+_NOTE_BODY_RE = re.compile(_kw("recalled memory context not new user input"))
 
 
-def find_forgeries(text: str) -> list[tuple[int, int, str]]:
+def find_forgeries(text: str, *, headers: bool = False) -> list[tuple[int, int, str]]:
     """Spans ``(start, end, kind)`` of ``text`` that forge a boundary; sorted, non-overlapping.
 
-    Kinds: ``tag`` (the fence's own tag), ``token`` (a chat-template or role token), ``header`` (a turn header
-    at a line start), ``note`` (a note header such as ``[System note:``) and ``note-body`` (a copy of the
-    fence note). Used by :func:`sanitize` and by the security scanner (category ``fence_forgery``).
+    Kinds: ``tag`` (the fence's own tag), ``token`` (a chat-template or role token), ``note`` (a note header
+    such as ``[System note:``), ``note-body`` (a copy of the fence note) and, with ``headers=True``,
+    ``header`` (a turn header at a line start). Used by :func:`sanitize` (with headers: a recalled
+    ``Assistant:`` line gets ``[quoted]`` in front) and by the security scanner (category ``fence_forgery``,
+    without headers: session history is stored as ``User: ...`` / ``Assistant: ...`` lines, which are
+    legitimate memory content, only not to be read as turns once recalled).
 
     Example:
         >>> find_forgeries("ok &lt;/memory-context&gt; then")
         [(3, 26, 'tag')]
-        >>> find_forgeries("a\\n\\nHuman: hi")
+        >>> find_forgeries("a\\n\\nHuman: hi", headers=True)
         [(3, 9, 'header')]
     """
     if not text:
@@ -262,24 +315,28 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
 
     def add(s: int, e: int, kind: str) -> None:
         if e > s:
-            rs, re_ = folded.source_span(s, e)
-            found.append((rs, re_, kind))
+            found.append((s, e, kind))
 
     if any(c in v for c in "<[{/>]}"):
         for m in _OPEN_NAME_RE.finditer(v):
             name = m.group("name")
-            n = _near_fence_name(name.replace(" ", "").replace("\n", ""))
+            bracket = m.group(0)[0] in "<[{"
+            n = _near_fence_name(
+                name.replace(" ", "").replace("\n", ""), strict=not bracket, short=m.group(0)[0] == "<"
+            )
             if not n:
                 continue
             end = m.start("name") + _letter_offset(name, n)
-            tail = (_TAG_TAIL if m.group(0)[0] in "<[{" else _CLOSE_RE).match(v, end)
+            tail = (_TAG_TAIL if bracket else _CLOSE_RE).match(v, end)
             add(m.start(), tail.end() if tail else end, "tag")
-        for m in _NAME_CLOSE_RE.finditer(v):
-            name = m.group("name")
+        rv = v[::-1]
+        for m in _NAME_CLOSE_REV_RE.finditer(rv):
+            name = m.group("name")[::-1]
             letters = name.replace(" ", "").replace("\n", "")
             n = _near_fence_name(letters, at_end=True)
             if n:
-                add(m.start("name") + _letter_offset(name, len(letters) - n + 1) - 1, m.end(), "tag")
+                name_start = len(v) - m.end()
+                add(name_start + _letter_offset(name, len(letters) - n + 1) - 1, len(v) - m.start(), "tag")
     if "|" in v:
         for m in _BAR_RE.finditer(v):
             add(m.start(), m.end(), "token")
@@ -289,21 +346,38 @@ def find_forgeries(text: str) -> list[tuple[int, int, str]]:
     if "[" in v:
         for m in _BRACKET_TOKEN_RE.finditer(v):
             add(m.start(), m.end(), "token")
-    if ":" in v:
-        for m in _HEADER_RE.finditer(v):
+        for m in _NOTE_LABEL_RE.finditer(v):
+            add(m.start(), m.end(), "note")
+    if ":" in v and headers:
+        first = _HEADER_AT_RE.match(v)
+        for m in ([first] if first else []) + list(_HEADER_NL_RE.finditer(v)):
+            start = m.start() + (1 if v[m.start()] == "\n" else 0)
             if m.group("markup").strip():
                 pass  # a marked-up header: any role
             elif _TURN_ROLE_RE.fullmatch(m.group("role")):
                 pass  # Human: / Assistant: at any line start
-            elif not _BLANK_BEFORE_RE.search(v, 0, m.start()):
+            elif not _blank_line_before(v, start):
                 continue  # System: / User: ... only after a blank line
-            start = m.start() + (len(m.group(0)) - len(m.group(0).lstrip(" ")))
+            while v[start] == " ":
+                start += 1
             add(start, m.end(), "header")
-        for m in _NOTE_RE.finditer(v):
-            add(m.start(), m.end(), "note")
+    if ":" in v:
+        for m in _NOTE_COLON_RE.finditer(v):
+            if m.start() == 0 or not v[m.start() - 1].isalnum():
+                add(m.start(), m.end(), "note")
+        first = _AUTHORITY_AT_RE.match(v)
+        for m in ([first] if first else []) + list(_AUTHORITY_RE.finditer(v)):
+            start = m.start() if m is first else m.start() + 1
+            while v[start] == " ":
+                start += 1
+            add(start, m.end(), "note")
     for m in _NOTE_BODY_RE.finditer(v):
         add(m.start(), m.end(), "note-body")
-    return _merge(found)
+    if not found:
+        return []
+    found = _merge(found)  # in the fold first: fewer spans to map back
+    mapped = folded.source_spans([(s, e) for s, e, _ in found])
+    return _merge([(s, e, kind) for (s, e), (_, _, kind) in zip(mapped, found, strict=True)])
 
 
 def _merge(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -327,6 +401,8 @@ def _marker(kind: str, original: str) -> str:
         return NOTE_BODY_MARK
     if kind == "note":
         return NOTE_MARK if fold(original).rstrip().endswith(":") else NOTE_LABEL_MARK
+    if kind == "strip":
+        return "·"
     return HEADER_MARK + original  # header: keep the words, so the line no longer starts with a role
 
 
@@ -347,7 +423,7 @@ _STRUCTURE = frozenset("<>[]{}|:")
 def _strip_structure(text: str) -> str:
     """Last resort: every bracket, bar and colon (in any written form) becomes ``·``."""
     folded = fold_map(text, spaces=True, collapse=False)
-    spans = [folded.source_span(i, i + 1) for i, c in enumerate(folded.text) if c in _STRUCTURE]
+    spans = folded.source_spans([(i, i + 1) for i, c in enumerate(folded.text) if c in _STRUCTURE])
     return _replace(text, [(s, e, "strip") for s, e in _merge_plain(spans)]) if spans else text
 
 
@@ -378,13 +454,15 @@ def sanitize(text: str) -> str:
         return ""
     out = text
     for _ in range(MAX_ROUNDS):
-        spans = find_forgeries(out)
+        spans = find_forgeries(out, headers=True)
         if not spans:
             return out
         out = _replace(out, spans)
-    if not find_forgeries(out):
+    if not find_forgeries(out, headers=True):
         return out
-    logger.warning("recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS)
+    logger.warning(
+        "recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS
+    )
     return _strip_structure(out)
 
 

@@ -2,13 +2,14 @@
 
 The fence (:mod:`ironmem.core.fence`) and the write-time scanner both match patterns against a *folded* view of
 the text, never against the raw characters, so a pattern written once for ``memory context`` also matches
-``ｍｅｍ0ｒу​cоntехt``, ``&#00109;emory-context``, ``\\6d emory context`` and ``m e m o r y``. Folding is:
+``ｍｅｍ0ｒу\u200bcоntехt``, ``&#00109;emory-context``, ``\\6d emory context`` and ``m e m o r y``. Folding is:
 
 1. **Escape decoding** (:func:`decode_escapes`), repeated until nothing changes (at most
    :data:`MAX_DECODE_ROUNDS` rounds, so ``&amp;lt;`` and ``%253C`` decode too): HTML named and numeric
    references (any number of leading zeros, with or without ``;``), URL ``%XX`` (UTF-8) and ``%uXXXX``,
    JavaScript / Python / C escapes (``\\xHH``, ``\\x{H}``, ``\\uHHHH``, ``\\u{H}``, ``\\UHHHHHHHH``,
-   ``\\N{NAME}``, octal ``\\NNN`` for printable ASCII (``\\155``; other digit runs are CSS hex), ``\\n``, ``\\t``, ``\\/``), CSS escapes (``\\6d `` with its optional
+   ``\\N{NAME}``, ``\\n``, ``\\t``, ``\\/``), octal ``\\NNN`` for printable ASCII when no hex digit
+   follows (``\\155``), CSS escapes otherwise (``\\6d `` with its optional
    space), quoted-printable ``=3C`` and ``U+003C`` notation. An escape is decoded whatever the context,
    because the reader (a language model) decodes them whatever the context.
 2. **Bidi overrides**: a run after RIGHT-TO-LEFT OVERRIDE (U+202E) is *displayed* reversed with mirrored
@@ -20,8 +21,9 @@ the text, never against the raw characters, so a pattern written once for ``memo
    database), then NFKD, combining marks dropped, case folded, and the UTS #39 confusable *skeleton* mapping
    applied from Unicode's own ``confusables.txt`` (vendored in ``ironmem/core/data/`` with its licence;
    ``tools/update_confusables.py`` refreshes it), repeated until stable. Punctuation whose prototype is not
-   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET ``[``). The letters ``i`` and ``l`` (and with
-   them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter ``i``: UTS #39 keeps them apart only by case.
+   structural is read by its Unicode name (LEFT ANGLE BRACKET is ``<``, FULLWIDTH LEFT SQUARE BRACKET
+   ``[``). The letters ``i`` and ``l`` (and with them ``I``, ``1``, ``ı``, ``і`` ...) fold to one letter
+   ``i``: UTS #39 keeps them apart only by case.
    A non-letter whose skeleton is ``l`` (``∣``, ``｜``, ``│`` ...) is a vertical bar ``|``.
 4. **Separators**: every character that is neither a letter, a digit nor one of the *structural* characters
    :data:`STRUCTURAL` (``< > / [ ] { } | : # * =`` and the line break) is a separator. ``fold(text)`` drops
@@ -37,8 +39,8 @@ match in the folded view can be cut out of the original text at exactly the righ
 
 The fold is a *matching* view, never shown to anyone: it is lossy on purpose (``0`` folds to ``o``, ``I`` and
 ``1`` to ``i``; a character whose UTS #39 prototype is ``rn``, such as ``ｍ``, folds to ``m``: the two-letter
-``rn`` itself is left to fuzzy matching by the caller). Match it against patterns built with :func:`fold` too, never against hand-folded
-literals.
+``rn`` itself is left to fuzzy matching by the caller). Match it against patterns built with :func:`fold`
+too, never against hand-folded literals.
 
 Example:
     >>> fold("</ＭＥＭ0ＲＹ\u200b-cоntехt>")
@@ -67,11 +69,11 @@ from pathlib import Path
 import regex
 
 __all__ = [
-    "CONFUSABLES_VERSION",
     "MAX_DECODE_ROUNDS",
     "STRUCTURAL",
     "Folded",
     "confusables",
+    "confusables_version",
     "decode_escapes",
     "fold",
     "fold_char",
@@ -142,10 +144,14 @@ def confusables() -> dict[str, str]:
     return _confusables_table()[0]
 
 
-def __getattr__(name: str) -> str:  # CONFUSABLES_VERSION is read lazily with the table
-    if name == "CONFUSABLES_VERSION":
-        return _confusables_table()[1]
-    raise AttributeError(name)
+def confusables_version() -> str:
+    """The Unicode version of the vendored ``confusables.txt`` (its ``# Version:`` header).
+
+    Example:
+        >>> confusables_version() >= "15"
+        True
+    """
+    return _confusables_table()[1]
 
 
 def skeleton(text: str) -> str:
@@ -180,7 +186,7 @@ _ESCAPE_RE = regex.compile(
     | \\x\{0*(?P<xb>[0-9a-fA-F]{1,6})\}
     | \\x(?P<x2>[0-9a-fA-F]{2})
     | \\N\{(?P<uname>[A-Za-z0-9][A-Za-z0-9 \-]{0,87})\}
-    | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9])
+    | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9a-fA-F])
     | \\(?P<css>[0-9a-fA-F]{1,6})[ \t\n]?
     | \\(?P<cc>[ntr])
     | \\(?P<ident>[^\n0-9a-fA-FNuUx])
@@ -249,6 +255,35 @@ class _Stage:
     def span(self, start: int, end: int) -> tuple[int, int]:
         """Input span of output span ``[start, end)`` (``end > start``)."""
         return self._pos(start)[0], self._pos(end - 1)[1]
+
+    def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """:meth:`span` for many spans at once (the hot path on hostile input)."""
+        seg_out, seg_out_end, seg_in, seg_in_end = (
+            self.seg_out,
+            self.seg_out_end,
+            self.seg_in,
+            self.seg_in_end,
+        )
+        bis = bisect.bisect_right
+        out = []
+        for start, end in spans:
+            k = bis(seg_out, start) - 1
+            if k < 0:
+                s = start
+            elif start < seg_out_end[k]:
+                s = seg_in[k]
+            else:
+                s = start - seg_out_end[k] + seg_in_end[k]
+            last = end - 1
+            k = bis(seg_out, last) - 1
+            if k < 0:
+                e = end
+            elif last < seg_out_end[k]:
+                e = seg_in_end[k]
+            else:
+                e = last - seg_out_end[k] + seg_in_end[k] + 1
+            out.append((s, max(e, s + 1)))
+        return out
 
     def _pos(self, x: int) -> tuple[int, int]:
         k = bisect.bisect_right(self.seg_out, x) - 1
@@ -350,8 +385,9 @@ _BAR_PROTOTYPES = frozenset("l│|")
 
 def _demark(text: str) -> str:
     return "".join(
-        c for c in unicodedata.normalize("NFKD", text) if not (unicodedata.combining(c) or is_invisible(c))
-        and unicodedata.category(c) not in ("Mn", "Me")
+        c
+        for c in unicodedata.normalize("NFKD", text)
+        if not (unicodedata.combining(c) or is_invisible(c)) and unicodedata.category(c) not in ("Mn", "Me")
     )
 
 
@@ -413,7 +449,11 @@ def _structural_by_name(ch: str) -> str:
     return ""
 
 
-@functools.cache
+_CACHE_LIMIT = 200_000  # distinct characters remembered per table; hostile text cannot grow memory past it
+_MAX_FOLD = 60  # longest fold of one character (U+FDFA folds to 18); keeps fold lengths in one ASCII byte
+
+
+@functools.lru_cache(maxsize=_CACHE_LIMIT)
 def fold_char(ch: str, spaces: bool = False) -> str:
     """The folded form of one character: "" for invisibles and (unless ``spaces``) separators.
 
@@ -458,10 +498,9 @@ def fold_char(ch: str, spaces: bool = False) -> str:
             out.append("i")
         elif c.isalnum():
             out.append(c.lower() if c.isascii() else c)
-        elif spaces:
-            if not out or out[-1] != " ":
-                out.append(" ")
-    return "".join(out).replace("rn", "m")
+        elif spaces and (not out or out[-1] != " "):
+            out.append(" ")
+    return "".join(out).replace("rn", "m")[:_MAX_FOLD]
 
 
 class _FoldTable(dict[int, str]):
@@ -473,6 +512,8 @@ class _FoldTable(dict[int, str]):
 
     def __missing__(self, cp: int) -> str:
         out = fold_char(chr(cp), self.spaces)
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
         self[cp] = out
         return out
 
@@ -481,20 +522,22 @@ _TABLES = {False: _FoldTable(False), True: _FoldTable(True)}
 
 
 class _LenTable(dict[int, str]):
-    """``str.translate`` table: each character -> one ASCII digit, the length of its fold."""
+    """``str.translate`` table: each character -> one ASCII character, ``chr(48 + length of its fold)``."""
 
     def __init__(self, spaces: bool) -> None:
         super().__init__()
         self.spaces = spaces
 
     def __missing__(self, cp: int) -> str:
-        out = chr(48 + min(len(fold_char(chr(cp), self.spaces)), 9))
+        out = chr(48 + len(fold_char(chr(cp), self.spaces)))
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
         self[cp] = out
         return out
 
 
 _LENS = {False: _LenTable(False), True: _LenTable(True)}
-_DIGITS_TO_BYTES = bytes.maketrans(b"0123456789", bytes(range(10)))
+_DIGITS_TO_BYTES = bytes.maketrans(bytes(range(48, 48 + _MAX_FOLD + 1)), bytes(range(_MAX_FOLD + 1)))
 
 
 def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
@@ -517,11 +560,35 @@ def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
 _ASCII = {flag: _ascii_tables(flag) for flag in (False, True)}
 
 
+_RUNS_RE = regex.compile(r"[\x00-\x7f]+|[^\x00-\x7f]+")
+
+
 def _fold_chars(text: str, spaces: bool) -> str:
+    """Per-character fold: ASCII runs through ``bytes.translate``, the rest through the cached table."""
+    fold_tbl, _, delete = _ASCII[spaces]
     if text.isascii():
-        fold_tbl, _, delete = _ASCII[spaces]
         return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
-    return text.translate(_TABLES[spaces])
+    table = _TABLES[spaces]
+    return "".join(
+        run.encode("ascii").translate(fold_tbl, delete).decode("ascii")
+        if run.isascii()
+        else run.translate(table)
+        for run in _RUNS_RE.findall(text)
+    )
+
+
+def _fold_lengths(text: str, spaces: bool) -> bytes:
+    """The fold length of every character of ``text``, one byte each."""
+    lens_tbl = _ASCII[spaces][1]
+    if text.isascii():
+        return text.encode("ascii").translate(lens_tbl)
+    table = _LENS[spaces]
+    return b"".join(
+        run.encode("ascii").translate(lens_tbl)
+        if run.isascii()
+        else run.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES)
+        for run in _RUNS_RE.findall(text)
+    )
 
 
 @dataclass
@@ -534,13 +601,18 @@ class _CharStage:
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         if self._cum is None:
-            if self.source.isascii():
-                lens = self.source.encode("ascii").translate(_ASCII[self.spaces][1])
-            else:
-                lens = self.source.translate(_LENS[self.spaces]).encode("ascii").translate(_DIGITS_TO_BYTES)
-            self._cum = list(itertools.accumulate(lens))
+            self._cum = list(itertools.accumulate(_fold_lengths(self.source, self.spaces)))
         cum = self._cum
         return bisect.bisect_right(cum, start), bisect.bisect_right(cum, end - 1) + 1
+
+    def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        if not spans:
+            return []
+        self.span(spans[0][0], spans[0][1])  # builds the table
+        cum = self._cum
+        assert cum is not None
+        bis = bisect.bisect_right
+        return [(bis(cum, start), bis(cum, end - 1) + 1) for start, end in spans]
 
 
 # Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".
@@ -596,6 +668,16 @@ class Folded:
     source: str
     text: str
     _stages: list[_Stage | _CharStage]
+
+    def source_spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """:meth:`source_span` for many spans at once (faster on hostile input with many matches)."""
+        if any(e <= s for s, e in spans):
+            raise ValueError("source_spans needs non-empty spans (end > start)")
+        cur = spans
+        for stage in reversed(self._stages):
+            cur = stage.spans(cur)
+        n = len(self.source)
+        return [(s, min(e, n)) for s, e in cur]
 
     def source_span(self, start: int, end: int) -> tuple[int, int]:
         """The span of :attr:`source` that folded into ``text[start:end]`` (``end > start``)."""
