@@ -33,9 +33,9 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
 
 from ironmem import MemoryManager  # noqa: E402
 from ironmem.analysis.cache import AnthropicPolicy, CachePolicy, OpenAIPolicy  # noqa: E402
-from ironmem.core.fence import fence_overhead_text  # noqa: E402
 from ironmem.analysis.replay import STRATEGIES, SessionScript, StrategyResult, record_session, replay  # noqa: E402
 from ironmem.analysis.tokens import TokenCounter  # noqa: E402
+from ironmem.core.fence import fence_overhead_text  # noqa: E402
 
 TARGET = 0.90
 

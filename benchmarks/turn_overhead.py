@@ -26,12 +26,12 @@ import argparse
 import asyncio
 import gc
 import hashlib
+import logging
 import math
 import re
 import shutil
 import sys
 import tempfile
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path

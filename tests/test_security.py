@@ -6,7 +6,6 @@ import base64
 import codecs
 import json
 import re
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
