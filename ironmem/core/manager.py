@@ -17,6 +17,7 @@ from .errors import BuiltinProviderError, ProviderConflictError
 from .fence import sanitize
 from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
+from .recall import RecallBudget
 from .security import redact_secrets, scan
 from .session import Session
 from .snapshot import Snapshot, render_snapshot
@@ -60,6 +61,7 @@ class MemoryManager:
         prefetch_timeout: float = 3.0,
         tool_timeout: float = 30.0,
         sync_drain_timeout: float = 30.0,
+        recall_budget: RecallBudget | int | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -71,6 +73,8 @@ class MemoryManager:
         self.prefetch_timeout = float(prefetch_timeout)
         self.tool_timeout = float(tool_timeout)
         self.sync_drain_timeout = float(sync_drain_timeout)
+        #: Items (and so fence tokens) a prefetch may recall: one setting, see :class:`RecallBudget`.
+        self.recall_budget = RecallBudget.of(recall_budget)
         self.builtin = BuiltinMemoryProvider(
             self.home, memory_char_limit=memory_char_limit, user_char_limit=user_char_limit
         )
