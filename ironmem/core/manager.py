@@ -62,6 +62,7 @@ class MemoryManager:
         tool_timeout: float = 30.0,
         sync_drain_timeout: float = 30.0,
         recall_budget: RecallBudget | int | None = None,
+        embeddings: Any = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -79,6 +80,8 @@ class MemoryManager:
             self.home, memory_char_limit=memory_char_limit, user_char_limit=user_char_limit
         )
         self.builtin.add_write_listener(self._mirror_write)
+        if embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
+            self.builtin.index.enable_vectors(embeddings)
         self.external: MemoryProvider | None = None
         self._health: dict[str, ProviderHealth] = {"builtin": ProviderHealth("builtin", "builtin")}
         self._guard: Guard | None = None
@@ -262,6 +265,8 @@ class MemoryManager:
             "providers": providers,
             "files": files,
             "turns_indexed": self.builtin.index.turn_count(),
+            "recall": {"budget_items": self.recall_budget.items, "budget_tokens": self.recall_budget.tokens,
+                       **self.builtin.index.recall_status()},
             "snapshot_hash": self.render_snapshot().hash,
         }
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("ironmem.index")
 
@@ -73,6 +74,9 @@ B = 0.75
 #: Bonus, as a fraction of the smaller IDF of the two, for two query words standing next to each other in a
 #: turn ("guinea pig", "New York"): plain BM25 scores a bag of words and cannot tell these apart.
 PROXIMITY_WEIGHT = 0.3
+#: Reciprocal rank fusion constant (Cormack et al. 2009) and how deep each list is read for fusion.
+RRF_K = 60
+FUSION_DEPTH = 50
 #: Newest turns sampled to estimate the average turn length.
 AVGDL_SAMPLE = 2000
 
@@ -398,6 +402,8 @@ class SearchIndex:
         self._cached_ids = 0  # total size of the lists in self._candidates
         self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
         self._avgdl: tuple[float, int] | None = None
+        self.vectors: Any = None  # a VectorIndex once enable_vectors() succeeded
+        self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -435,6 +441,8 @@ class SearchIndex:
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (str(rowid),),
             )
+        if self.vectors is not None:
+            self.vectors.wake()
         return rowid
 
     def add_turns(self, rows: Iterable[tuple[str, str | None, float, str, str]]) -> None:
@@ -454,6 +462,8 @@ class SearchIndex:
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (str(last),),
                 )
+        if self.vectors is not None:
+            self.vectors.wake()
 
     def turn_count(self, session_id: str | None = None) -> int:
         with self._lock:
@@ -500,6 +510,8 @@ class SearchIndex:
         except sqlite3.Error as exc:
             log.warning("could not update the search index of %s entries (%s); it is refreshed on a later call",
                         target, exc)
+        if self.vectors is not None:
+            self.vectors.wake()
 
     def _sync_entries(self, target: str, entries: list[str]) -> None:
         key = f"entries:{target}"
@@ -525,6 +537,54 @@ class SearchIndex:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, fingerprint),
             )
+
+    # -- vectors (optional, hybrid recall) --------------------------------------------------------
+    def enable_vectors(self, embedder: Any = True, *, path: Path | None = None) -> bool:
+        """Add dense vectors beside this index (``vectors.db`` next to it) and fuse them into search.
+
+        ``embedder`` True means the local MiniLM model (``ironmem[embeddings]``); otherwise any embedder that
+        :func:`ironmem.providers._embedding.as_embedder` accepts. Turns and entries are embedded by a background
+        worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
+        cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
+        """
+        from .vectors import EmbeddingsUnavailable, MiniLMEmbedder, VectorIndex, embeddings_missing
+
+        if self.vectors is not None:
+            return True
+        try:
+            if embedder is True or embedder in ("minilm", MiniLMEmbedder.model_id):
+                missing = embeddings_missing()
+                if missing:
+                    raise EmbeddingsUnavailable(missing)
+                embedder = MiniLMEmbedder()
+            self.vectors = VectorIndex(
+                path or self.path.with_name("vectors.db"), embedder, turns=self._turns_after, entries=self._all_entries
+            )
+        except Exception as exc:
+            self.vectors_reason = f"lexical only: {exc}"
+            log.warning("hybrid recall is off, search is lexical only: %s", exc)
+            return False
+        self.vectors_reason = ""
+        return True
+
+    def _turns_after(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, user, assistant FROM turns WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            ).fetchall()
+        return [(rowid, f"User: {user}\nAssistant: {assistant}") for rowid, user, assistant in rows]
+
+    def _all_entries(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(t, x) for t, x in self._conn.execute("SELECT target, text FROM entries ORDER BY id")]
+
+    def recall_status(self) -> dict[str, Any]:
+        """How search ranks now: ``{"mode": "hybrid" | "lexical", ...}`` with the reason when lexical."""
+        if self.vectors is None:
+            return {"mode": "lexical", "ranking": "bm25", "reason": self.vectors_reason}
+        info = {"mode": "hybrid", "ranking": "bm25 + dense, reciprocal rank fusion"}
+        info.update(self.vectors.status(self.turn_count()))
+        return info
 
     # -- search -------------------------------------------------------------------------------
     def search(
@@ -556,9 +616,58 @@ class SearchIndex:
                 ).fetchall()
                 hits.extend(SearchHit(t, text, round(-score, 4)) for t, text, score in rows if t in kinds)
             if "turn" in kinds:
-                hits.extend(self._search_turns(terms, limit, user_id=user_id, exclude_session=exclude_session))
+                if self.vectors is None:
+                    hits.extend(self._search_turns(terms, limit, user_id=user_id, exclude_session=exclude_session))
+        if self.vectors is not None:
+            return self._hybrid(query, terms, hits, limit, kinds, user_id=user_id, exclude_session=exclude_session)
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits[:limit]
+
+    def _hybrid(
+        self, query: str, terms: list[_Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],
+        *, user_id: str | None, exclude_session: str | None,
+    ) -> list[SearchHit]:
+        """Lexical and dense rankings fused by reciprocal rank: ``sum over lists of 1 / (RRF_K + rank)``.
+
+        Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
+        embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
+        embedded.
+        """
+        depth = max(FUSION_DEPTH, 4 * limit)
+        try:
+            blob = self.vectors.embed_query(query)
+            dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
+            dense_entries = (self.vectors.search_entries(blob, depth) if ("memory" in kinds or "user" in kinds)
+                             else [])
+        except Exception as exc:
+            log.warning("dense search failed, using lexical ranking only: %s", exc)
+            dense_turns, dense_entries = [], []
+        fused: dict[tuple[str, object], float] = {}
+        found: dict[tuple[str, object], SearchHit] = {}
+
+        def add(ranked: list[SearchHit]) -> None:
+            for rank, hit in enumerate(ranked):
+                key: tuple[str, object] = ("turn", hit.turn_id) if hit.turn_id is not None else (hit.kind, hit.text)
+                fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+                found.setdefault(key, hit)
+
+        entry_hits.sort(key=lambda h: h.score, reverse=True)
+        add(entry_hits[:depth])
+        add([SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds])
+        if "turn" in kinds:
+            with self._lock:
+                add(self._search_turns(terms, depth, user_id=user_id, exclude_session=exclude_session))
+                rows = self._load_turns([rowid for rowid, _ in dense_turns], user_id=user_id,
+                                        exclude_session=exclude_session)
+            sims = dict(dense_turns)
+            add([
+                SearchHit("turn", f"User: {user}\nAssistant: {assistant}", round(sims[rowid], 4),
+                          session_id=session_id, user_id=turn_user, ts=ts, turn_id=rowid)
+                for rowid, session_id, turn_user, ts, user, assistant in rows[:depth]
+            ])
+        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)[:limit]
+        return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,
+                          user_id=found[k].user_id, ts=found[k].ts, turn_id=found[k].turn_id) for k in order]
 
     def _search_turns(
         self, terms: list[_Term], limit: int, *, user_id: str | None, exclude_session: str | None
@@ -744,5 +853,8 @@ class SearchIndex:
             self._avgdl = None
 
     def close(self) -> None:
+        if self.vectors is not None:
+            self.vectors.close()
+            self.vectors = None
         with self._lock:
             self._conn.close()
