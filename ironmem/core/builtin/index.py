@@ -74,8 +74,11 @@ B = 0.75
 #: Bonus, as a fraction of the smaller IDF of the two, for two query words standing next to each other in a
 #: turn ("guinea pig", "New York"): plain BM25 scores a bag of words and cannot tell these apart.
 PROXIMITY_WEIGHT = 0.3
-#: Reciprocal rank fusion constant (Cormack et al. 2009) and how deep each list is read for fusion.
-RRF_K = 60
+#: Hybrid fusion: a convex combination of normalized scores (Bruch et al. 2023, "An Analysis of Fusion
+#: Functions for Hybrid Retrieval": it beats reciprocal rank fusion when one retriever is often weak).
+#: BM25 is divided by the query's IDF mass (so a turn missing the query's words scores low even when it tops
+#: the lexical list); cosine similarity by the best similarity of the query. How deep each list is read:
+LEXICAL_WEIGHT = 0.5
 FUSION_DEPTH = 50
 #: Newest turns sampled to estimate the average turn length.
 AVGDL_SAMPLE = 2000
@@ -402,6 +405,7 @@ class SearchIndex:
         self._cached_ids = 0  # total size of the lists in self._candidates
         self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
         self._avgdl: tuple[float, int] | None = None
+        self._idf_mass = 0.0
         self.vectors: Any = None  # a VectorIndex once enable_vectors() succeeded
         self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
@@ -582,7 +586,7 @@ class SearchIndex:
         """How search ranks now: ``{"mode": "hybrid" | "lexical", ...}`` with the reason when lexical."""
         if self.vectors is None:
             return {"mode": "lexical", "ranking": "bm25", "reason": self.vectors_reason}
-        info = {"mode": "hybrid", "ranking": "bm25 + dense, reciprocal rank fusion"}
+        info = {"mode": "hybrid", "ranking": "bm25 + dense, convex combination of normalized scores"}
         info.update(self.vectors.status(self.turn_count()))
         return info
 
@@ -627,7 +631,7 @@ class SearchIndex:
         self, query: str, terms: list[_Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],
         *, user_id: str | None, exclude_session: str | None,
     ) -> list[SearchHit]:
-        """Lexical and dense rankings fused by reciprocal rank: ``sum over lists of 1 / (RRF_K + rank)``.
+        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * cos / max_cos``.
 
         Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
         embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
@@ -645,26 +649,33 @@ class SearchIndex:
         fused: dict[tuple[str, object], float] = {}
         found: dict[tuple[str, object], SearchHit] = {}
 
-        def add(ranked: list[SearchHit]) -> None:
-            for rank, hit in enumerate(ranked):
+        def add(ranked: list[SearchHit], weight: float, scale: float) -> None:
+            for hit in ranked:
                 key: tuple[str, object] = ("turn", hit.turn_id) if hit.turn_id is not None else (hit.kind, hit.text)
-                fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+                fused[key] = fused.get(key, 0.0) + weight * max(0.0, hit.score) / scale
                 found.setdefault(key, hit)
 
-        entry_hits.sort(key=lambda h: h.score, reverse=True)
-        add(entry_hits[:depth])
-        add([SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds])
+        if entry_hits:
+            entry_hits.sort(key=lambda h: h.score, reverse=True)
+            add(entry_hits[:depth], LEXICAL_WEIGHT, max(entry_hits[0].score, 1e-9))
+        dense_e = [SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds]
+        if dense_e:
+            add(dense_e, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense_e), 1e-9))
         if "turn" in kinds:
             with self._lock:
-                add(self._search_turns(terms, depth, user_id=user_id, exclude_session=exclude_session))
+                lexical = self._search_turns(terms, depth, user_id=user_id, exclude_session=exclude_session)
+                mass = self._idf_mass
                 rows = self._load_turns([rowid for rowid, _ in dense_turns], user_id=user_id,
                                         exclude_session=exclude_session)
+            add(lexical, LEXICAL_WEIGHT, max(mass, 1e-9))
             sims = dict(dense_turns)
-            add([
+            dense = [
                 SearchHit("turn", f"User: {user}\nAssistant: {assistant}", round(sims[rowid], 4),
                           session_id=session_id, user_id=turn_user, ts=ts, turn_id=rowid)
                 for rowid, session_id, turn_user, ts, user, assistant in rows[:depth]
-            ])
+            ]
+            if dense:
+                add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
         order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)[:limit]
         return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,
                           user_id=found[k].user_id, ts=found[k].ts, turn_id=found[k].turn_id) for k in order]
@@ -683,6 +694,7 @@ class SearchIndex:
         for query words that stand next to each other. FTS5's ``bm25()`` is not used: it counts every match
         of every word to get its IDF (~35 ms for "the" at 1M turns). Caller holds ``self._lock``.
         """
+        self._idf_mass = 0.0
         if not terms:
             return []
         conn = self._conn
@@ -710,6 +722,9 @@ class SearchIndex:
             df = _estimate_df(len(found.ids), found.oldest, not found.complete, newest)
             kept.append((bm25_idf(newest, df), term, not found.complete))
             sets.append(found.ids)
+        # The query's whole IDF mass, words found nowhere included (at df = 0): what a turn holding every
+        # word once, at average length, scores. Hybrid fusion divides by it (lexical confidence in [0, ~1]).
+        self._idf_mass = sum(w for w, _, _ in kept) + (len(terms) - len(kept)) * bm25_idf(newest, 0)
         if not kept:
             return []
         # Turns holding several common words at once, even if older than each word's cap: the rarest few only,
