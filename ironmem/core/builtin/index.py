@@ -8,6 +8,7 @@ two or more characters matches as a phrase and a single character matches as a p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import logging
@@ -80,6 +81,8 @@ PROXIMITY_WEIGHT = 0.3
 #: the lexical list); cosine similarity by the best similarity of the query. How deep each list is read:
 LEXICAL_WEIGHT = 0.5
 FUSION_DEPTH = 50
+#: Characters of each side of a candidate turn read to count query words (length uses the whole turn).
+SCORED_CHARS = 1000
 #: Newest turns sampled to estimate the average turn length.
 AVGDL_SAMPLE = 2000
 
@@ -192,6 +195,7 @@ _SUFFIXES = ("ational", "ization", "fulness", "iveness", "ations", "nesses", "at
              "ness", "ment", "ings", "edly", "ies", "ied", "ing", "ers", "est", "ed", "er", "es", "ly", "s")
 
 
+@functools.lru_cache(maxsize=65536)
 def light_stem(word: str) -> str:
     """A cheap suffix-stripping stem, used only to count a query word's occurrences in a candidate turn
     (FTS5's porter stemmer already decided that the turn matches). ``light_stem("hiking") == "hik"``."""
@@ -301,21 +305,28 @@ class _Scorer:
         self.sets = sets
         self.avgdl = max(avgdl, 1.0)
         self.latin = {t.key: i for i, (_, t) in enumerate(terms) if not t.cjk}
-        self.prefixes = {key[:3] for key in self.latin}
+        # Only the words that start like a query word are looked at (one C-level scan of the text).
+        starts = sorted({key[:3] for key in self.latin}, key=len, reverse=True)
+        self.finder = (re.compile(r"\b(?:" + "|".join(map(re.escape, starts)) + r")\w*", re.IGNORECASE)
+                       if starts else None)
 
-    def score(self, rowid: int, text: str) -> tuple[float, int, float]:
+    def score(self, rowid: int, text: str, length: int) -> tuple[float, int, float]:
         n = len(self.terms)
         tf = [0] * n
-        positions: dict[int, list[int]] = {}
-        if self.latin:
-            for pos, token in enumerate(_WORD.findall(text)):
-                low = token.casefold()
-                if low[:3] in self.prefixes:
-                    i = self.latin.get(light_stem(low))
-                    if i is not None:
-                        tf[i] += 1
-                        positions.setdefault(i, []).append(pos)
-        norm = K1 * (1.0 - B + B * len(text) / self.avgdl)
+        last: tuple[int, int] | None = None  # (term, end offset) of the previous query word found
+        pairs: set[tuple[int, int]] = set()
+        if self.finder is not None:
+            for m in self.finder.finditer(text):
+                i = self.latin.get(light_stem(m.group()))
+                if i is None:
+                    last = None
+                    continue
+                tf[i] += 1
+                if last is not None and last[0] != i and m.start() - last[1] <= 2 \
+                        and not text[last[1] : m.start()].strip(" -'"):
+                    pairs.add((min(i, last[0]), max(i, last[0])))
+                last = (i, m.end())
+        norm = K1 * (1.0 - B + B * length / self.avgdl)
         total = 0.0
         matched = 0
         idf_sum = 0.0
@@ -327,13 +338,8 @@ class _Scorer:
                 matched += 1
                 idf_sum += idf
                 total += idf * count * (K1 + 1.0) / (count + norm)
-        if len(positions) >= 2:
-            keys = sorted(positions)
-            for a_i, a in enumerate(keys):
-                pa = set(positions[a])
-                for b in keys[a_i + 1 :]:
-                    if any(p + 1 in pa or p - 1 in pa for p in positions[b]):
-                        total += PROXIMITY_WEIGHT * min(self.terms[a][0], self.terms[b][0])
+        for a, b in pairs:
+            total += PROXIMITY_WEIGHT * min(self.terms[a][0], self.terms[b][0])
         return total, matched, idf_sum
 
 
@@ -672,7 +678,7 @@ class SearchIndex:
             dense = [
                 SearchHit("turn", f"User: {user}\nAssistant: {assistant}", round(sims[rowid], 4),
                           session_id=session_id, user_id=turn_user, ts=ts, turn_id=rowid)
-                for rowid, session_id, turn_user, ts, user, assistant in rows[:depth]
+                for rowid, session_id, turn_user, ts, user, assistant, _ in rows[:depth]
             ]
             if dense:
                 add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
@@ -745,16 +751,20 @@ class SearchIndex:
             if not batch:
                 break
             pulled += len(batch)
-            rows.extend(self._load_turns(batch, user_id=user_id, exclude_session=exclude_session))
+            rows.extend(self._load_turns(batch, user_id=user_id, exclude_session=exclude_session,
+                                         head=SCORED_CHARS))
             step = window
         if not rows:
             return []
         avgdl = self._avg_length(newest)
         scorer = _Scorer([(w, t) for w, t, _ in kept], sets, avgdl)
-        scored = [(scorer.score(row[0], f"{row[4]}\n{row[5]}"), row) for row in rows]
-        scored.sort(key=lambda x: (x[0], x[1][0]), reverse=True)
+        scored = [(scorer.score(row[0], f"{row[4]}\n{row[5]}", row[6]), row[0]) for row in rows]
+        scored.sort(reverse=True)
+        best = scored[:limit]
+        full = {r[0]: r for r in self._load_turns([rowid for _, rowid in best], user_id=None, exclude_session=None)}
         out: list[SearchHit] = []
-        for (value, _, _), (rowid, session_id, turn_user, ts, user, assistant) in scored[:limit]:
+        for (value, _, _), rowid in best:
+            _, session_id, turn_user, ts, user, assistant, _ = full[rowid]
             text = f"User: {user}\nAssistant: {assistant}"
             out.append(SearchHit("turn", text, round(value, 4), session_id=session_id, user_id=turn_user, ts=ts,
                                  turn_id=rowid))
@@ -833,16 +843,18 @@ class SearchIndex:
         return found
 
     def _load_turns(
-        self, ids: list[int], *, user_id: str | None, exclude_session: str | None
-    ) -> list[tuple[int, str, str | None, float, str, str]]:
-        """The rows of ``ids`` (in that order) that pass the filters."""
+        self, ids: list[int], *, user_id: str | None, exclude_session: str | None, head: int | None = None
+    ) -> list[tuple[int, str, str | None, float, str, str, int]]:
+        """The rows of ``ids`` (in that order) that pass the filters: ``(id, session_id, user_id, ts, user,
+        assistant, length)``; with ``head``, only the first ``head`` characters of each side are read."""
         if not ids:
             return []
+        cols = "user, assistant" if head is None else f"substr(user, 1, {int(head)}), substr(assistant, 1, {int(head)})"
         rows = {
             r[0]: r
             for r in self._conn.execute(
-                "SELECT id, session_id, user_id, ts, user, assistant FROM turns WHERE id IN "
-                f"({','.join('?' * len(ids))})",
+                f"SELECT id, session_id, user_id, ts, {cols}, length(user) + length(assistant) + 1 FROM turns "
+                f"WHERE id IN ({','.join('?' * len(ids))})",
                 ids,
             )
         }
@@ -865,7 +877,6 @@ class SearchIndex:
             self._candidates.clear()
             self._cached_ids = 0
             self._sessions.clear()
-            self._avgdl = None
 
     def close(self) -> None:
         if self.vectors is not None:
