@@ -11,7 +11,8 @@ and has a type:
 - ``knowledge-update``: a later turn overrides an earlier one; the evidence is the LATER turn only.
 
 Questions come in two styles, chosen at random per fact: one reuses a word of the evidence (a name, a place),
-the other paraphrases it (instrument -> "musical instrument", guinea pig -> "animal"), as people ask. Filler
+the other (a third of questions, ``PARAPHRASE_SHARE``) paraphrases it (instrument -> "musical instrument",
+guinea pig -> "animal"), as people ask. Filler
 turns reuse the facts' vocabulary in other contexts (a neighbour's dog, another city's weather), and some are
 phrased the way people talk but a naive scanner might not like ("I can't refuse", "[sigh]", "ignore my last
 message"), to check that recall keeps ordinary conversation.
@@ -262,6 +263,12 @@ FILLER_ASSISTANT = [
 ]
 
 
+#: Share of questions that paraphrase their evidence instead of reusing one of its words. Long-conversation
+#: benchmarks built from human-written questions (LoCoMo, LongMemEval) mostly name the person, place or thing
+#: asked about; about a third of questions here do not.
+PARAPHRASE_SHARE = 1 / 3
+
+
 def _fill(template: str, slots: dict[str, str]) -> str:
     return template.format(**slots)
 
@@ -315,12 +322,15 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
             if pos in plan:
                 f, part, user, assistant = plan[pos]
                 evidence[(f, part)] = pos
-                # People rarely state a fact alone: half the time it comes with an aside before or after.
+                # People rarely state a fact alone: most of the time it comes with asides before or after.
                 roll = rng.random()
-                if roll < 0.25:
+                if roll < 0.3:
                     user = f"{rng.choice(ASIDES)} {user}"
-                elif roll < 0.5:
+                elif roll < 0.6:
                     user = f"{user} {rng.choice(ASIDES)}"
+                elif roll < 0.8:
+                    before, after = rng.sample(ASIDES, 2)
+                    user = f"{before} {user} {after}"
                 assistant = f"{assistant} {rng.choice(FILLER_ASSISTANT)}"
             else:
                 slots = _slots(rng)
@@ -329,7 +339,7 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
                 assistant = " ".join(rng.sample(FILLER_ASSISTANT, 2))
             conv.turns.append(Turn(pos, session, ts, user, assistant))
         for f, (qtype, statements, questions) in enumerate(FACTS):
-            style = rng.choice(["keyword", "paraphrase"])
+            style = "paraphrase" if rng.random() < PARAPHRASE_SHARE else "keyword"
             text = _fill(questions[0 if style == "keyword" else 1], fact_slots[f])
             if qtype == "knowledge-update":
                 ev = [evidence[(f, 1)]]

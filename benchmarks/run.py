@@ -17,6 +17,8 @@ Benchmarks:
   security_eval   scanner detection / false positives and throughput (security_eval.py, if present)
   cache_report    prefix-cache hit rates of a replayed session under four memory strategies (cache_report.py,
                   if present)
+  recall_quality  recall@3/5/10 of evidence turns per method (prefetch, session_search, bm25s, MiniLM dense,
+                  hybrid) and per question type, plus fence tokens per turn (recall_quality.py)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ sys.path.insert(0, str(HERE))
 
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
 
-BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report"]
+BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "recall_quality"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
@@ -42,7 +44,7 @@ def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
     if not script.exists():
         return None
     cmd = [sys.executable, str(script)]
-    if name in ("turn_overhead", "search_latency", "micro"):
+    if name in ("turn_overhead", "search_latency", "micro", "recall_quality"):
         if quick:
             cmd.append("--quick")
         if no_cache and name == "search_latency":
@@ -124,6 +126,37 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                                     "ms_per_2k_entry": speed["ironmem_english_2k"]["mean_ms"]}
     if rows:
         lines += ["Micro-benchmarks, p50 / p95", table(["operation", "figure"], rows), ""]
+
+    recall = _load("recall_quality") if runs.get("recall_quality", {}).get("ok") else None
+    if recall:
+        from recall_quality import KS, TYPES
+
+        methods = recall["methods"]
+        rows = [[m] + [f"{recall['results'][m]['all'][f'recall@{k}']:.1%}" for k in KS]
+                + [f"{recall['fence_tokens_per_turn_at_5'].get(m, 0):.0f}"] for m in methods]
+        ds = recall.get("dataset", {})
+        lines += [f"Recall of evidence turns ({ds.get('questions', '?')} questions over {ds.get('turns', '?')} turns, "
+                  "recall_data.py)",
+                  table(["method", "R@3", "R@5", "R@10", "fence tokens/turn @5"], rows), ""]
+        types = [t for t in TYPES if t in recall["results"][methods[0]]]
+        for k in KS:
+            rows = [[m] + [f"{recall['results'][m][t][f'recall@{k}']:.1%}" for t in types] for m in methods]
+            lines += [f"recall@{k} per question type", table(["method", *types], rows), ""]
+        res = recall["results"]
+        r5 = {m: res[m]["all"]["recall@5"] for m in methods}
+        figures["recall_quality"] = {"recall@5": r5}
+        checks = [["lexical session_search R@5 > bm25s", r5.get("session_search", 0) > r5.get("bm25s", 1),
+                   f"{r5.get('session_search', 0):.1%} vs {r5.get('bm25s', 0):.1%}"]]
+        if "hybrid" in r5 and "dense" in r5:
+            best = max(r5["bm25s"], r5["dense"])
+            checks.append(["hybrid R@5 >= best of bm25s/dense + 5 points", r5["hybrid"] >= best + 0.05,
+                           f"{r5['hybrid']:.1%} vs {best:.1%}"])
+        checks.append(["no ordinary turn dropped by the recall-time scan", recall["scan_dropped_count"] == 0,
+                       f"{recall['scan_dropped_count']} dropped ({len(recall['scan_blocked_dataset_turns'])} "
+                       "dataset turns blocked)"])
+        lines += ["Recall targets", table(["target", "status", "measured"],
+                                          [[n, "MET" if ok else "MISSED", v] for n, ok, v in checks]), ""]
+        figures["recall_quality"]["targets"] = {n: ok for n, ok, _ in checks}
 
     targets: list[list[str]] = []
     for bench in ("turn_overhead", "search_latency"):
