@@ -197,12 +197,12 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             print(f"  {conv.name}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
-    from ironmem.core.security import scan
+    from ironmem.core.session import _scan_recalled  # the scan prefetch applies (recall mode when available)
 
     blocked_turns = []
     for conv in data:
         for t in conv.turns:
-            verdict = scan(t.text)
+            verdict = _scan_recalled(t.text)
             if verdict.blocked:
                 blocked_turns.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                       "reason": verdict.reason})
@@ -254,6 +254,7 @@ def main() -> int:
     ap.add_argument("--no-dense", action="store_true", help="skip the MiniLM methods (dense, hybrid)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     from ironmem.core.builtin.vectors import embeddings_missing
 
     missing = "" if args.no_dense else embeddings_missing()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import threading
@@ -24,8 +25,15 @@ __all__ = ["Session"]
 
 log = logging.getLogger(__name__)
 
-#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
-_scan_recalled = functools.lru_cache(maxsize=4096)(scan)
+#: The scanner's recall-time mode, when it has one (``scan(text, context="recall")``): recalled past turns are
+#: ordinary conversation ("I can't refuse", "[laughs]"), where a false positive silently drops a memory.
+_RECALL_CONTEXT = "context" in inspect.signature(scan).parameters
+
+
+@functools.lru_cache(maxsize=4096)
+def _scan_recalled(text: str) -> Any:
+    """The security verdict on a recalled item (cached: recall repeats items turn after turn)."""
+    return scan(text, context="recall") if _RECALL_CONTEXT else scan(text)  # type: ignore[call-arg]
 
 
 def json_error(message: str, **extra: Any) -> str:
