@@ -299,6 +299,12 @@ def status(
             files.add_row(TARGET_FILES[target], str(f["entries"]), usage, Text(f["path"]))
         console.print(files)
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
+        recall = info.get("recall") or {}
+        if recall:
+            how = (f"hybrid ({recall.get('model')}, embedded up to turn {recall.get('turns_embedded_upto', 0):,})"
+                   if recall.get("mode") == "hybrid" else f"lexical ({recall.get('reason', '')})")
+            console.print(Text(f"recall: {how}; budget {recall.get('budget_items')} items, "
+                               f"~{recall.get('budget_tokens')} tokens"))
         console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
     if problems:
         raise CLIError(problems[0])
