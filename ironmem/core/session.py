@@ -58,18 +58,29 @@ def _interleave(first: list[RecallItem], second: list[RecallItem]) -> list[Recal
     return out
 
 
+def _content(item: RecallItem) -> str:
+    """What the scan judges: a past turn's words without the "User: " / "Assistant: " labels ironmem itself puts
+    in front of them (labels at a line start look like chat-template turn headers to a scanner)."""
+    text = item.text
+    if item.source == "history":
+        if text.startswith("User: "):
+            text = text[len("User: "):]
+        text = text.replace("\nAssistant: ", "\n", 1)
+    return text
+
+
 def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBudget) -> tuple[list[RecallItem], list[str]]:
     """The items that go in the fence: live entries, then the best candidates, within ``budget``.
 
     Each distinct text is scanned once (cached); a duplicate or a blocked item frees its slot for the next
-    candidate. The scan sees the item's own text, not the date shown before it.
+    candidate. The scan sees the item's own words: not the date shown before it, nor the role labels.
     """
     kept: list[RecallItem] = []
     dropped: list[str] = []
     seen: set[str] = set()
     tokens_left = budget.tokens
     for item in live:
-        verdict = _scan_recalled(item.text)
+        verdict = _scan_recalled(_content(item))
         if verdict.blocked:
             reason = f"{item.source}: {verdict.reason}"
             log.warning("recalled item dropped by the security scan (%s)", reason)
@@ -86,7 +97,7 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
         if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
             continue
         seen.add(key)
-        verdict = _scan_recalled(item.text)
+        verdict = _scan_recalled(_content(item))
         if verdict.blocked:
             reason = f"{item.source}: {verdict.reason}"
             log.warning("recalled item dropped by the security scan (%s)", reason)
