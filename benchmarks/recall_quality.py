@@ -197,12 +197,12 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             print(f"  {conv.name}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
-    from ironmem.core.session import _scan_recalled  # the scan prefetch applies (recall mode when available)
+    from ironmem.core.session import _content, _scan_recalled  # the scan prefetch applies (recall mode if any)
 
     blocked_turns = []
     for conv in data:
         for t in conv.turns:
-            verdict = _scan_recalled(t.text)
+            verdict = _scan_recalled(_content(RecallItem("history", t.text)))
             if verdict.blocked:
                 blocked_turns.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                       "reason": verdict.reason})

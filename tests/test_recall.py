@@ -81,10 +81,20 @@ def test_one_stopword_policy_for_the_tool_and_recall(tmp_path: Path) -> None:
         assert len(tool["results"]) == 1 == len(recall.items)  # the stop-word-only turn matches neither
 
 
+def test_irregular_past_tense_matches_the_present_in_a_question(index: SearchIndex) -> None:
+    index.add_turn("s1", "I went to a LGBTQ support group yesterday", "great", user_id=None)
+    index.add_turn("s1", "The support desk was helpful", "ok", user_id=None)
+    index.add_turn("s1", "We saw the northern lights and bought a scarf", "wow", user_id=None)
+    assert "went" in index.search("When did she go to the support group?", kinds=("turn",))[0].text
+    assert "saw" in index.search("when did we see lights", kinds=("turn",))[0].text
+    assert "bought" in index.search("what did I buy", kinds=("turn",))[0].text
+
+
 def test_light_stem() -> None:
     assert light_stem("hiking") == light_stem("hike") == "hik"
     assert light_stem("adopted") == light_stem("adopt")
     assert light_stem("glass") == "glass"
+    assert light_stem("went") == light_stem("goes") == "go"
     assert light_stem("爬山") == "爬山"
 
 

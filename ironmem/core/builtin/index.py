@@ -52,6 +52,35 @@ _STOPWORDS = frozenset(
     please thanks thank hi hello hey ok okay yes also still just like want need get got""".split()
 )
 
+# English irregular verbs: a question asks in the present ("When did she go / see / buy ..."), a conversation
+# tells in the past ("I went", "we saw", "I bought"); no suffix stemmer (porter included) joins these. A query
+# word is searched in all its forms. Forms that are mostly other words ("left" aside, "bit", "lit", "rose",
+# "bore", "born", "drunk") are left out.
+_IRREGULAR_TEXT = """
+go went gone goes|see saw seen|buy bought|run ran|take took taken|make made|meet met|find found|give gave given|
+come came|eat ate eaten|write wrote written|begin began begun|bring brought|think thought|teach taught|
+catch caught|fly flew flown|drive drove driven|ride rode ridden|swim swam swum|sing sang sung|win won|lose lost|
+leave left|feel felt|keep kept|sleep slept|spend spent|send sent|build built|sell sold|tell told|hear heard|
+hold held|stand stood|understand understood|speak spoke spoken|break broke broken|choose chose chosen|
+forget forgot forgotten|grow grew grown|know knew known|throw threw thrown|draw drew drawn|wear wore worn|
+fall fell fallen|pay paid|say said|lead led|feed fed|fight fought|seek sought|sit sat|shoot shot|hang hung|
+hide hid hidden|steal stole stolen|wake woke woken|freeze froze frozen|become became|lend lent|dig dug|
+stick stuck|strike struck|swing swung|mean meant|deal dealt|shake shook shaken|forgive forgave forgiven|
+tear tore torn|blow blew blown|sink sank sunk|ring rang rung|bend bent|weep wept|sweep swept|creep crept|
+bleed bled|breed bred|flee fled|slide slid|spin spun|sting stung|wind wound|arise arose arisen|
+drink drank|beat beaten|bite bitten|forbid forbade forbidden|undo undid undone|overcome overcame
+"""
+#: form -> base ("went" -> "go"), and base -> every form (base included).
+_IRREGULAR_BASE: dict[str, str] = {}
+_IRREGULAR_FORMS: dict[str, tuple[str, ...]] = {}
+for _group in _IRREGULAR_TEXT.replace("\n", "").split("|"):
+    _words = _group.split()
+    if _words:
+        _IRREGULAR_FORMS[_words[0]] = tuple(_words)
+        for _form in _words:
+            _IRREGULAR_BASE.setdefault(_form, _words[0])
+del _group, _words
+
 #: How many of the newest matching turns each query word contributes to the ranking. Bounds search time when a
 #: word is very common; all the matches of a rarer word are considered.
 CANDIDATE_CAP = 500
@@ -141,6 +170,7 @@ class _Term:
     clause: str
     key: str  # light stem of a Latin/Cyrillic/... word, or the CJK string itself
     cjk: bool
+    forms: tuple[str, ...] = ()  # the other spellings searched (irregular verb forms)
 
 
 def _query_terms(text: str, *, max_terms: int = 24) -> list[_Term]:
@@ -174,7 +204,14 @@ def _query_terms(text: str, *, max_terms: int = 24) -> list[_Term]:
         else:
             if key in _STOPWORDS or len(key) < 2:
                 continue
-            terms.append(_Term(_quote(word), light_stem(key), False))
+            base = _IRREGULAR_BASE.get(key)
+            if base is not None:
+                forms = _IRREGULAR_FORMS[base]
+                seen.update(forms)
+                clause = "(" + " OR ".join(_quote(f) for f in forms) + ")"
+                terms.append(_Term(clause, light_stem(base), False, forms))
+            else:
+                terms.append(_Term(_quote(word), light_stem(key), False))
         if len(terms) >= max_terms:
             break
     return terms[:max_terms]
@@ -200,6 +237,9 @@ def light_stem(word: str) -> str:
     """A cheap suffix-stripping stem, used only to count a query word's occurrences in a candidate turn
     (FTS5's porter stemmer already decided that the turn matches). ``light_stem("hiking") == "hik"``."""
     word = word.casefold()
+    base = _IRREGULAR_BASE.get(word)
+    if base is not None:
+        return base
     if len(word) <= 3 or not word.isascii():
         return word
     if word.endswith("'s"):
@@ -306,7 +346,8 @@ class _Scorer:
         self.avgdl = max(avgdl, 1.0)
         self.latin = {t.key: i for i, (_, t) in enumerate(terms) if not t.cjk}
         # Only the words that start like a query word are looked at (one C-level scan of the text).
-        starts = sorted({key[:3] for key in self.latin}, key=len, reverse=True)
+        starts = sorted({key[:3] for key in self.latin}
+                        | {f[:3] for _, t in terms if not t.cjk for f in t.forms}, key=len, reverse=True)
         self.finder = (re.compile(r"\b(?:" + "|".join(map(re.escape, starts)) + r")\w*", re.IGNORECASE)
                        if starts else None)
 
