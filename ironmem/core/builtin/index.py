@@ -95,9 +95,9 @@ MAX_RANKED_TERMS = 8
 CANDIDATE_CACHE_IDS = 200_000
 
 #: Candidates (in summed-IDF order) re-scored with full BM25 from their text: at least this many ...
-RERANK_MIN = 64
+RERANK_MIN = 48
 #: ... and at least this many times the number of results asked for.
-RERANK_FACTOR = 8
+RERANK_FACTOR = 4
 #: BM25 parameters (the usual values: Robertson et al.; Lucene's defaults).
 K1 = 1.2
 B = 0.75
