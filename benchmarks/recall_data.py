@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-__all__ = ["Turn", "Question", "Conversation", "generate"]
+__all__ = ["Conversation", "Question", "Turn", "generate"]
 
 
 @dataclass
@@ -311,7 +311,7 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
                 taken.add(pos)
                 user, assistant = statements[part]
                 plan[pos] = (f, part, _fill(user, slots), _fill(assistant, slots))
-        start = datetime(2025, 1, 6, 18, 0, tzinfo=timezone.utc) + timedelta(days=rng.randrange(0, 60))
+        start = datetime(2025, 1, 6, 18, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
         day = start
         evidence: dict[tuple[int, int], int] = {}
         for pos in range(total):

@@ -33,12 +33,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import metadata, table, write_json  # noqa: E402
-from recall_data import Conversation, generate  # noqa: E402
+from _util import metadata, table, write_json
+from recall_data import Conversation, generate
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.core.fence import fence  # noqa: E402
-from ironmem.core.recall import Recall, RecallItem  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.core.recall import Recall, RecallItem
 
 KS = (3, 5, 10)
 TYPES = ("single-hop", "multi-hop", "temporal", "preference", "knowledge-update")
@@ -197,7 +196,10 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             print(f"  {conv.name}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
-    from ironmem.core.session import _content, _scan_recalled  # the scan prefetch applies (recall mode if any)
+    from ironmem.core.session import (  # the scan prefetch applies (recall mode if any)
+        _content,
+        _scan_recalled,
+    )
 
     blocked_turns = []
     for conv in data:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ def index(tmp_path: Path):
 
 
 def _ts(day: str) -> float:
-    return datetime.fromisoformat(day).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
 
 
 # -- ranking ----------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from recall_data import FACTS, generate  # noqa: E402
+from recall_data import FACTS, generate
 
 
 def test_dataset_is_deterministic_and_annotated() -> None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from .fence import fence
 
-__all__ = ["Recall", "RecallItem", "RecallBudget", "RECALL_TURNS", "RECALL_ITEM_CHARS", "estimate_tokens"]
+__all__ = ["RECALL_ITEM_CHARS", "RECALL_TURNS", "Recall", "RecallBudget", "RecallItem", "estimate_tokens"]
 
 #: Default recall budget, in items (see :class:`RecallBudget`).
 RECALL_TURNS = 5

@@ -63,8 +63,7 @@ def _content(item: RecallItem) -> str:
     in front of them (labels at a line start look like chat-template turn headers to a scanner)."""
     text = item.text
     if item.source == "history":
-        if text.startswith("User: "):
-            text = text[len("User: "):]
+        text = text.removeprefix("User: ")
         text = text.replace("\nAssistant: ", "\n", 1)
     return text
 

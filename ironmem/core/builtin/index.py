@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import heapq
-import logging
 import itertools
+import logging
 import math
 import re
 import sqlite3
@@ -28,8 +28,14 @@ from typing import Any
 log = logging.getLogger("ironmem.index")
 
 __all__ = [
-    "SearchIndex", "SearchHit", "cjk_terms", "build_match_query", "query_clauses", "light_stem", "bm25_idf",
     "CANDIDATE_CAP",
+    "SearchHit",
+    "SearchIndex",
+    "bm25_idf",
+    "build_match_query",
+    "cjk_terms",
+    "light_stem",
+    "query_clauses",
 ]
 
 _CJK = (
@@ -43,13 +49,7 @@ _WORD = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
 
 # Words too common to be worth matching in an automatic recall query.
 _STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her here
-    hers herself him himself his how i if in into is it its itself just let me more most my myself no nor not now
-    of off on once only or other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up very was we were what
-    when where which while who whom why will with would you your yours yourself yourselves tell know remember
-    please thanks thank hi hello hey ok okay yes also still just like want need get got""".split()
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "tell", "know", "remember", "please", "thanks", "thank", "hi", "hello", "hey", "ok", "okay", "yes", "also", "still", "just", "like", "want", "need", "get", "got"]
 )
 
 # English irregular verbs: a question asks in the present ("When did she go / see / buy ..."), a conversation
@@ -242,8 +242,7 @@ def light_stem(word: str) -> str:
         return base
     if len(word) <= 3 or not word.isascii():
         return word
-    if word.endswith("'s"):
-        word = word[:-2]
+    word = word.removesuffix("'s")
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             if suffix == "s" and word.endswith(("ss", "us", "is")):

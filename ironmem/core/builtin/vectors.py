@@ -23,14 +23,14 @@ import importlib.util
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..errors import IronMemError
 
-__all__ = ["MiniLMEmbedder", "VectorIndex", "EmbeddingsUnavailable", "embeddings_missing", "MODEL_ID"]
+__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "VectorIndex", "embeddings_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +361,3 @@ class VectorIndex:
             except sqlite3.Error:  # pragma: no cover
                 pass
 
-
-def as_rows(items: Iterable[tuple[int, str, str]]) -> list[tuple[int, str]]:
-    """``(id, user, assistant)`` rows as the texts the worker embeds."""
-    return [(rowid, f"User: {user}\nAssistant: {assistant}") for rowid, user, assistant in items]
