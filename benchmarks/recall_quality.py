@@ -101,6 +101,8 @@ def _fence_tokens(texts: list[str], count: Any) -> int:
 def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True) -> dict[str, Any]:
     import bm25s
 
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger when imported
+
     try:
         import Stemmer
 
