@@ -22,6 +22,8 @@ Benchmarks:
                   whose server venv is missing is shown as skipped: bash tools/install_servers.sh)
   fence_bench     10,000 generated fence / chat-template / header forgeries (1,000 with --quick) against the
                   fence and a literal-tag peer, and sanitize/fence CPU time on 1 MB of hostile text (fence_bench.py)
+  recall_quality  recall@3/5/10 of evidence turns per method (prefetch, session_search, bm25s, MiniLM dense,
+                  hybrid) and per question type, plus fence tokens per turn (recall_quality.py)
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ sys.path.insert(0, str(HERE))
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
 
 BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
-              "fence_bench"]
+              "fence_bench", "recall_quality"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
@@ -48,7 +50,7 @@ def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
     if not script.exists():
         return None
     cmd = [sys.executable, str(script)]
-    if name in ("turn_overhead", "search_latency", "micro"):
+    if name in ("turn_overhead", "search_latency", "micro", "recall_quality"):
         if quick:
             cmd.append("--quick")
         if no_cache and name == "search_latency":
@@ -161,6 +163,36 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                   table(["provider", "prefetch", "sync_turn", "recall hit"], rows), ""]
         figures["providers_latency"] = {r["provider"]: {k: r[k] for k in ("prefetch", "sync") if k in r}
                                         for r in prov["results"]}
+    recall = _load("recall_quality") if runs.get("recall_quality", {}).get("ok") else None
+    if recall:
+        from recall_quality import KS, TYPES
+
+        methods = recall["methods"]
+        rows = [[m] + [f"{recall['results'][m]['all'][f'recall@{k}']:.1%}" for k in KS]
+                + [f"{recall['fence_tokens_per_turn_at_5'].get(m, 0):.0f}"] for m in methods]
+        ds = recall.get("dataset", {})
+        lines += [f"Recall of evidence turns ({ds.get('questions', '?')} questions over {ds.get('turns', '?')} turns, "
+                  "recall_data.py)",
+                  table(["method", "R@3", "R@5", "R@10", "fence tokens/turn @5"], rows), ""]
+        types = [t for t in TYPES if t in recall["results"][methods[0]]]
+        for k in KS:
+            rows = [[m] + [f"{recall['results'][m][t][f'recall@{k}']:.1%}" for t in types] for m in methods]
+            lines += [f"recall@{k} per question type", table(["method", *types], rows), ""]
+        res = recall["results"]
+        r5 = {m: res[m]["all"]["recall@5"] for m in methods}
+        figures["recall_quality"] = {"recall@5": r5}
+        checks = [["lexical session_search R@5 > bm25s", r5.get("session_search", 0) > r5.get("bm25s", 1),
+                   f"{r5.get('session_search', 0):.1%} vs {r5.get('bm25s', 0):.1%}"]]
+        if "hybrid" in r5 and "dense" in r5:
+            best = max(r5["bm25s"], r5["dense"])
+            checks.append(["hybrid R@5 >= best of bm25s/dense + 5 points", r5["hybrid"] >= best + 0.05,
+                           f"{r5['hybrid']:.1%} vs {best:.1%}"])
+        checks.append(["no ordinary turn dropped by the recall-time scan", recall["scan_dropped_count"] == 0,
+                       f"{recall['scan_dropped_count']} dropped ({len(recall['scan_blocked_dataset_turns'])} "
+                       "dataset turns blocked)"])
+        lines += ["Recall targets", table(["target", "status", "measured"],
+                                          [[n, "MET" if ok else "MISSED", v] for n, ok, v in checks]), ""]
+        figures["recall_quality"]["targets"] = {n: ok for n, ok, _ in checks}
 
     targets: list[list[str]] = []
     for bench in ("turn_overhead", "search_latency", "fence_bench"):

@@ -314,6 +314,12 @@ def status(
         if info.get("users"):
             console.print(Text(f"users with their own files: {len(info['users']):,} (ironmem status --user ID)"))
         console.print(Text(f"turns indexed: {info['turns_indexed']:,}"))
+        recall = info.get("recall") or {}
+        if recall:
+            how = (f"hybrid ({recall.get('model')}, embedded up to turn {recall.get('turns_embedded_upto', 0):,})"
+                   if recall.get("mode") == "hybrid" else f"lexical ({recall.get('reason', '')})")
+            console.print(Text(f"recall: {how}; budget {recall.get('budget_items')} items, "
+                               f"~{recall.get('budget_tokens')} tokens"))
         console.print(Text(f"snapshot hash: {info['snapshot_hash']}"))
         if "tool_budget" in info:
             console.print(Text(_budget_line(info["tool_budget"])))

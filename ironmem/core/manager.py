@@ -27,6 +27,7 @@ from .errors import (
 from .fence import sanitize
 from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
+from .recall import RecallBudget
 from .security import redact_secrets, scan
 from .session import Session
 from .snapshot import Snapshot, render_cap, render_snapshot
@@ -75,6 +76,8 @@ class MemoryManager:
         user_profile_enabled: bool = True,
         memory_per_user: bool = False,
         tool_budget: int = DEFAULT_TOOL_BUDGET,
+        recall_budget: RecallBudget | int | None = None,
+        embeddings: Any = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -93,6 +96,8 @@ class MemoryManager:
         self.sync_drain_timeout = float(sync_drain_timeout)
         #: When True, a session with a user id also gets its own MEMORY.md (USER.md is always per user).
         self.memory_per_user = bool(memory_per_user)
+        #: Items (and so fence tokens) a prefetch may recall: one setting, see :class:`RecallBudget`.
+        self.recall_budget = RecallBudget.of(recall_budget)
         self.builtin = BuiltinMemoryProvider(
             self.home,
             memory_char_limit=memory_char_limit,
@@ -101,6 +106,8 @@ class MemoryManager:
             user_profile_enabled=user_profile_enabled,
         )
         self.builtin.add_write_listener(self._mirror_write)
+        if embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
+            self.builtin.index.enable_vectors(embeddings)
         self.external: MemoryProvider | None = None
         self._health: dict[str, ProviderHealth] = {"builtin": ProviderHealth("builtin", "builtin")}
         self._guard: Guard | None = None
@@ -382,6 +389,8 @@ class MemoryManager:
             "files": files,
             "users": self.builtin.known_scopes(),
             "turns_indexed": self.builtin.index.turn_count(),
+            "recall": {"budget_items": self.recall_budget.items, "budget_tokens": self.recall_budget.tokens,
+                       **self.builtin.index.recall_status()},
             "snapshot_hash": self.render_snapshot(scopes=scopes).hash,
             "tool_budget": self.tool_budget_status(),
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .errors import InvalidArgumentError
 from .fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Recall",
+    "RecallBudget",
+    "estimate_tokens",
     "RecallItem",
     "FenceHistory",
     "RecallPolicy",
@@ -24,9 +26,55 @@ __all__ = [
     "RECALL_ITEM_CHARS",
 ]
 
-#: Past-turn hits the built-in layer adds to a recall.
-RECALL_TURNS = 3
+#: Default recall budget, in items (see :class:`RecallBudget`).
+RECALL_TURNS = 5
 RECALL_ITEM_CHARS = 600
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap, tokenizer-free token estimate (UTF-8 bytes / 4: ~4 chars per English token, ~0.75 tokens per
+    CJK character), used to keep the fence inside its budget without loading an encoding on every turn."""
+    return (len(text.encode("utf-8")) + 3) // 4
+
+
+@dataclass(frozen=True)
+class RecallBudget:
+    """How much a prefetch may put in the fence: ONE setting, ``items``.
+
+    The fence's token budget follows from it (``items * ITEM_TOKENS``). Recall fills the budget with the best
+    items after de-duplication and the security scan: when the scan drops an item, or an item is a duplicate,
+    the next best takes its slot; an item longer than what is left of the token budget is clipped, or skipped
+    for a shorter one when too little is left. Entries written during the session (the live delta) always come
+    first and count against the budget.
+
+    Example:
+        >>> RecallBudget(4).tokens
+        480
+    """
+
+    items: int = RECALL_TURNS
+    #: Tokens each item may use on average (an item alone is clipped to about this much, or 2x when space is left).
+    ITEM_TOKENS: ClassVar[int] = 120
+    #: An item is not squeezed into less than this many tokens (a shorter candidate is tried instead).
+    MIN_ITEM_TOKENS: ClassVar[int] = 24
+
+    def __post_init__(self) -> None:
+        if isinstance(self.items, bool) or not isinstance(self.items, int) or not 0 <= self.items <= 50:
+            raise ValueError(f"recall_budget must be a number of items from 0 to 50, got {self.items!r}")
+
+    @property
+    def tokens(self) -> int:
+        """The fence content's token budget."""
+        return self.items * self.ITEM_TOKENS
+
+    @classmethod
+    def of(cls, value: RecallBudget | int | None) -> RecallBudget:
+        """``value`` as a budget: an int is a number of items, None the default."""
+        if value is None:
+            return cls()
+        if isinstance(value, RecallBudget):
+            return value
+        return cls(value)
 
 # --------------------------------------------------------------------------------------------------
 # Recall
@@ -37,6 +85,12 @@ class RecallItem:
 
     source: str  # "live" (written this session), "history" (past turns) or an external provider's name
     text: str
+    date: str | None = None  # YYYY-MM-DD of a past turn, shown before it
+
+    @property
+    def rendered(self) -> str:
+        """The line shown in the fence: ``[2026-05-03] User: ...`` for a dated turn."""
+        return f"[{self.date}] {self.text}" if self.date else self.text
 
 
 _SECTION_TITLES = {"live": "Saved to memory during this session", "history": "From past conversations"}
@@ -68,7 +122,7 @@ class Recall:
                 order.append(item.source)
         for source in order:
             title = _SECTION_TITLES.get(source, f"From {source}")
-            lines = [f"- {item.text}" for item in self.items if item.source == source]
+            lines = [f"- {item.rendered}" for item in self.items if item.source == source]
             sections.append(f"## {title}\n" + "\n".join(lines))
         return "\n\n".join(sections)
 

@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .provider import ToolSchema
-from .recall import RECALL_TURNS, Recall, RecallItem, as_items, clip
+from .recall import Recall, RecallBudget, RecallItem, as_items, clip, estimate_tokens
 from .security import redact_secrets, scan
 from .snapshot import Snapshot
 
@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 #: Failed ``memory`` calls in one turn before the breaker tells the model to stop retrying (Hermes: 3).
 MAX_MEMORY_FAILURES_PER_TURN = 3
 
-#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once.
+#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once, in the
+#: scanner's recall-time mode (recalled past turns are ordinary conversation, where a false positive silently
+#: drops a memory).
 _scan_recalled = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall"))
 
 
@@ -43,6 +45,70 @@ def redact_args(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_args(v) for v in value]
     return value
+
+
+def _interleave(first: list[RecallItem], second: list[RecallItem]) -> list[RecallItem]:
+    """Two ranked lists merged best-first, alternating (neither source can crowd the other out)."""
+    out: list[RecallItem] = []
+    for i in range(max(len(first), len(second))):
+        out.extend(lst[i] for lst in (first, second) if i < len(lst))
+    return out
+
+
+def _content(item: RecallItem) -> str:
+    """What the scan judges: a past turn's words without the "User: " / "Assistant: " labels ironmem itself puts
+    in front of them (labels at a line start look like chat-template turn headers to a scanner)."""
+    text = item.text
+    if item.source == "history":
+        text = text.removeprefix("User: ")
+        text = text.replace("\nAssistant: ", "\n", 1)
+    return text
+
+
+def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBudget) -> tuple[list[RecallItem], list[str]]:
+    """The items that go in the fence: live entries, then the best candidates, within ``budget``.
+
+    Each distinct text is scanned once (cached); a duplicate or a blocked item frees its slot for the next
+    candidate. The scan sees the item's own words: not the date shown before it, nor the role labels.
+    """
+    kept: list[RecallItem] = []
+    dropped: list[str] = []
+    seen: set[str] = set()
+    tokens_left = budget.tokens
+    for item in live:
+        verdict = _scan_recalled(_content(item))
+        if verdict.blocked:
+            reason = f"{item.source}: {verdict.reason}"
+            log.warning("recalled item dropped by the security scan (%s)", reason)
+            dropped.append(reason)
+            continue
+        seen.add(" ".join(item.text.split()).casefold())
+        kept.append(item)
+        tokens_left -= estimate_tokens(item.rendered)
+    slots = budget.items - len(kept)
+    for item in candidates:
+        if slots <= 0 or tokens_left < RecallBudget.MIN_ITEM_TOKENS:
+            break
+        key = " ".join(item.text.split()).casefold()
+        if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
+            continue
+        seen.add(key)
+        verdict = _scan_recalled(_content(item))
+        if verdict.blocked:
+            reason = f"{item.source}: {verdict.reason}"
+            log.warning("recalled item dropped by the security scan (%s)", reason)
+            dropped.append(reason)
+            continue
+        # One item may use up to twice its share, but never more than what is left.
+        allowance = min(tokens_left, 2 * RecallBudget.ITEM_TOKENS)
+        cost = estimate_tokens(item.rendered)
+        if cost > allowance:
+            item = RecallItem(item.source, clip(item.text, max(1, allowance * 4 - 16)), date=item.date)
+            cost = estimate_tokens(item.rendered)
+        kept.append(item)
+        tokens_left -= cost
+        slots -= 1
+    return kept, dropped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -115,46 +181,37 @@ class Session:
     # -- recall (rule 2) ------------------------------------------------------------------------
     def prefetch(self, user_message: str) -> Recall:
         """Recall what is relevant to ``user_message``: entries written since the snapshot (the live delta),
-        matching past turns, and the external provider's recall, all scanned. Never raises, never hangs
+        then the best of the external provider's recall and of the matching past turns (interleaved), all
+        de-duplicated and scanned, filling the manager's :class:`RecallBudget`. Never raises, never hangs
         longer than the manager's ``prefetch_timeout``."""
         manager = self.manager
-        items: list[RecallItem] = []
-        dropped: list[str] = []
+        budget = RecallBudget.of(getattr(manager, "recall_budget", None))
         self.begin_turn(user_message)
         with self._lock:
             self.prefetch_count += 1
-            items.extend(self._live_delta())
+            live = self._live_delta()
+        external_items: list[RecallItem] = []
         external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
+        if external is not None and guard is not None and budget.items:
             query = redact_secrets(user_message)
             result = guard.call(
                 "prefetch", lambda: external.prefetch(query, session_id=self.id), "", timeout=manager.prefetch_timeout
             )
-            for text in as_items(result):
-                items.append(RecallItem(external.name, clip(text)))
-        try:
-            hits = manager.builtin.index.search(
-                user_message, kinds=("turn",), user_id=self.user_id, exclude_session=self.id, limit=RECALL_TURNS
-            )
-        except Exception as exc:  # the index is local; still, a recall failure must not break the turn
-            log.warning("built-in recall failed: %s", exc)
-            hits = []
-        for hit in hits:
-            items.append(RecallItem("history", clip(hit.text)))
-        kept: list[RecallItem] = []
-        seen: set[str] = set()
-        for item in items:
-            key = " ".join(item.text.split()).casefold()
-            if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
-                continue
-            seen.add(key)
-            verdict = _scan_recalled(item.text)
-            if verdict.blocked:
-                reason = f"{item.source}: {verdict.reason}"
-                log.warning("recalled item dropped by the security scan (%s)", reason)
-                dropped.append(reason)
-                continue
-            kept.append(item)
+            external_items = [RecallItem(external.name, clip(text)) for text in as_items(result)]
+        history: list[RecallItem] = []
+        if budget.items:
+            try:
+                # Over-fetch: items the scan drops or that repeat another source's are replaced by the next best.
+                hits = manager.builtin.index.search(
+                    user_message, kinds=("turn",), user_id=self.user_id, exclude_session=self.id,
+                    limit=budget.items * 3,
+                )
+            except Exception as exc:  # the index is local; still, a recall failure must not break the turn
+                log.warning("built-in recall failed: %s", exc)
+                hits = []
+            history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
+        candidates = _interleave(external_items, history)
+        kept, dropped = _fill(live, candidates, budget)
         recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))
         self.last_recall = recall
         return recall
@@ -329,13 +386,16 @@ class Session:
                 None, timeout=manager.tool_timeout,
             )
 
-    def sync_turn(self, user: str, assistant: str) -> None:
-        """Record a finished exchange: indexed locally now, sent to the external provider in the background."""
+    def sync_turn(self, user: str, assistant: str, *, ts: float | None = None) -> None:
+        """Record a finished exchange: indexed locally now, sent to the external provider in the background.
+
+        ``ts`` (seconds since the epoch, default now) is when the exchange happened; recall shows its date.
+        """
         if not (user or "").strip() and not (assistant or "").strip():
             return
         manager = self.manager
         try:
-            manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id)
+            manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id, ts=ts)
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")
@@ -364,8 +424,8 @@ class Session:
                     )
                 )
 
-    async def async_turn(self, user: str, assistant: str) -> None:
-        await asyncio.to_thread(self.sync_turn, user, assistant)
+    async def async_turn(self, user: str, assistant: str, *, ts: float | None = None) -> None:
+        await asyncio.to_thread(functools.partial(self.sync_turn, user, assistant, ts=ts))
 
     def end(self) -> None:
         """Finish the session: wait for its queued syncs, tell the external provider."""

