@@ -31,11 +31,11 @@ _SHARED_CACHE = Path(__file__).resolve().parents[1].parent / "shared" / "tiktoke
 if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(_SHARED_CACHE)  # offline encodings shipped next to the repo
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.analysis.cache import AnthropicPolicy, CachePolicy, OpenAIPolicy  # noqa: E402
-from ironmem.analysis.replay import STRATEGIES, SessionScript, StrategyResult, record_session, replay  # noqa: E402
-from ironmem.analysis.tokens import TokenCounter  # noqa: E402
-from ironmem.core.fence import fence_overhead_text  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.analysis.cache import AnthropicPolicy, CachePolicy, OpenAIPolicy
+from ironmem.analysis.replay import STRATEGIES, SessionScript, StrategyResult, record_session, replay
+from ironmem.analysis.tokens import TokenCounter
+from ironmem.core.fence import fence_overhead_text
 
 TARGET = 0.90
 

@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import fmt_ms, metadata, summary_ms, table, write_json  # noqa: E402
-from corpus import Corpus  # noqa: E402
+from _util import fmt_ms, metadata, summary_ms, table, write_json
+from corpus import Corpus
 
 MEMORY_ENTRIES = [
     "Project Kestrel: Python 3.11, uv, SQLite; CI on GitHub Actions; deploy with `make release`.",

@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json  # noqa: E402
+from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json
 
 BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
               "fence_bench", "recall_quality"]

@@ -41,8 +41,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import fmt_ms, fmt_ratio, metadata, summary_ms, table, write_json  # noqa: E402
-from corpus import CORPUS_VERSION, EN_QUERIES, ZH_QUERIES, turn_rows  # noqa: E402
+from _util import fmt_ms, fmt_ratio, metadata, summary_ms, table, write_json
+from corpus import CORPUS_VERSION, EN_QUERIES, ZH_QUERIES, turn_rows
 
 SIZES = [10_000, 100_000, 1_000_000]
 QUICK_SIZES = [10_000, 100_000]

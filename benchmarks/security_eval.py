@@ -37,11 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from train_scanner import build_model, features, load_corpus, source_of  # noqa: E402
+from train_scanner import build_model, features, load_corpus, source_of
 
-from ironmem.core.security import scan  # noqa: E402
-from ironmem.core.security.model import load_model  # noqa: E402
-from ironmem.core.security.scanner import scan_with_model  # noqa: E402
+from ironmem.core.security import scan
+from ironmem.core.security.model import load_model
+from ironmem.core.security.scanner import scan_with_model
 
 CORPUS = ROOT / "tests" / "data" / "security" / "corpus.jsonl"
 REPORT = ROOT / "tests" / "data" / "security" / "loso_report.json"

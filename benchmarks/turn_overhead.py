@@ -39,8 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import fmt_ms, fmt_ratio, metadata, summary_ms, table, write_json  # noqa: E402
-from corpus import Corpus, turn_rows  # noqa: E402
+from _util import fmt_ms, fmt_ratio, metadata, summary_ms, table, write_json
+from corpus import Corpus, turn_rows
 
 SIZES = [0, 1_000, 10_000, 100_000]
 QUICK_SIZES = [0, 1_000, 10_000]

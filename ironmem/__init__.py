@@ -15,7 +15,7 @@ Example:
 
 # The runtime: the three rules and the plug-in contract.
 # Analysis: what the rules save (tokens, prefix cache, real usage).
-from .analysis.cache import (  # noqa: E402
+from .analysis.cache import (
     PRICES,
     AnthropicPolicy,
     CacheOutcome,
@@ -26,8 +26,8 @@ from .analysis.cache import (  # noqa: E402
     PrefixCacheSimulator,
     VLLMPolicy,
 )
-from .analysis.tokens import TokenCounter, TokenReport  # noqa: E402
-from .analysis.usage import UsageMeter  # noqa: E402
+from .analysis.tokens import TokenCounter, TokenReport
+from .analysis.usage import UsageMeter
 from .core.builtin import BuiltinMemoryProvider
 from .core.config import load_config, manager_from_config
 from .core.errors import (

@@ -405,15 +405,16 @@ def show(
         table.add_column("entry", overflow="fold")
         table.add_column("scan")
         for row in data["entries"]:
+            text: Text
             if row["blocked"]:
-                shown = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
+                verdict_cell = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
                 text = Text(_visible(row["text"]))
             else:
-                shown = Text("ok", style="green")
+                verdict_cell = Text("ok", style="green")
                 text = Text(row["text"])
             if row.get("truncated"):
                 text.append(f" [... cut: {row['chars']:,} chars in all; --full prints it whole]", style="bold red")
-            table.add_row(str(row["n"]), text, shown)
+            table.add_row(str(row["n"]), text, verdict_cell)
         if not data["entries"]:
             table.add_row("", Text("(empty)", style="dim"), "")
         console.print(table)

@@ -15,7 +15,7 @@ if not os.environ.get("TIKTOKEN_CACHE_DIR") and _SHARED_CACHE.is_dir():
     os.environ["TIKTOKEN_CACHE_DIR"] = str(_SHARED_CACHE)
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-from ironmem import MemoryManager  # noqa: E402
+from ironmem import MemoryManager
 
 _ENCODING_HELP = (
     "tiktoken's o200k_base encoding cannot be loaded offline: point TIKTOKEN_CACHE_DIR at a folder holding it "
@@ -64,4 +64,4 @@ def manager(home: Path) -> Iterator[MemoryManager]:
     m.close()
 
 # The real local memory servers (Hindsight, OpenViking, the MiniLM embedder): session-scoped, started on first use.
-from conftest_servers import embedding_server, hindsight_server, openviking_server  # noqa: E402,F401
+from conftest_servers import embedding_server, hindsight_server, openviking_server  # noqa: F401

@@ -12,16 +12,16 @@ import pytest
 
 pytest.importorskip("langchain_anthropic")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_anthropic import ChatAnthropic  # noqa: E402
-from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from pydantic import PrivateAttr  # noqa: E402
+from langchain.agents import create_agent
+from langchain_anthropic import ChatAnthropic
+from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import PrivateAttr
 
-from ironmem import FENCE_OPEN, MemoryManager  # noqa: E402
-from ironmem.adapters.langchain import IronMemoryMiddleware  # noqa: E402
+from ironmem import FENCE_OPEN, MemoryManager
+from ironmem.adapters.langchain import IronMemoryMiddleware
 
 SYSTEM_PROMPT = "You are a careful travel assistant."
 

@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("langchain_classic")
 
-from langchain_classic.agents import AgentExecutor, create_tool_calling_agent  # noqa: E402
-from langchain_core.messages import ToolMessage  # noqa: E402
-from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
+from langchain_classic.agents import AgentExecutor, create_tool_calling_agent
+from langchain_core.messages import ToolMessage
+from langchain_core.prompts import ChatPromptTemplate
 
-from ironmem import FENCE_OPEN, MemoryManager  # noqa: E402
-from ironmem.adapters.langchain import IronClassicMemory  # noqa: E402
-from ironmem.testing.langchain import ScriptedChatModel  # noqa: E402
+from ironmem import FENCE_OPEN, MemoryManager
+from ironmem.adapters.langchain import IronClassicMemory
+from ironmem.testing.langchain import ScriptedChatModel
 
 PROMPT = ChatPromptTemplate.from_messages([
     ("system", "You are a helpful assistant.\n\n{memory_snapshot}"),

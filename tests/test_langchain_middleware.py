@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("langchain.agents")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
-from ironmem import FENCE_OPEN, MemoryManager  # noqa: E402
-from ironmem.adapters.langchain import IronMemoryMiddleware  # noqa: E402
-from ironmem.testing.langchain import ScriptedChatModel, ScriptedRequest  # noqa: E402
+from ironmem import FENCE_OPEN, MemoryManager
+from ironmem.adapters.langchain import IronMemoryMiddleware
+from ironmem.testing.langchain import ScriptedChatModel, ScriptedRequest
 
 SYSTEM_PROMPT = "You are a concise assistant."
 FENCE_BYTES = FENCE_OPEN.encode()

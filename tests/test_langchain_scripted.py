@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("langchain_core")
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
 
-from ironmem.testing.langchain import ScriptedChatModel, ScriptExhaustedError  # noqa: E402
+from ironmem.testing.langchain import ScriptedChatModel, ScriptExhaustedError
 
 
 @tool

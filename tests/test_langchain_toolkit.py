@@ -11,17 +11,17 @@ import pytest
 
 pytest.importorskip("langchain_tests")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import ToolMessage  # noqa: E402
-from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
-from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
-from langchain_tests.integration_tests import ToolsIntegrationTests  # noqa: E402
-from langchain_tests.unit_tests import ToolsUnitTests  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langchain.agents import create_agent
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_tests.integration_tests import ToolsIntegrationTests
+from langchain_tests.unit_tests import ToolsUnitTests
+from langgraph.checkpoint.memory import InMemorySaver
 
-from ironmem import MemoryManager, MemoryProvider, ToolSchema  # noqa: E402
-from ironmem.adapters.langchain import IronMemoryToolkit  # noqa: E402
-from ironmem.testing.langchain import ScriptedChatModel  # noqa: E402
+from ironmem import MemoryManager, MemoryProvider, ToolSchema
+from ironmem.adapters.langchain import IronMemoryToolkit
+from ironmem.testing.langchain import ScriptedChatModel
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -13,20 +13,20 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.agent.workflow import (  # noqa: E402
+from llama_index.core.agent.workflow import (
     AgentStream,
     FunctionAgent,
     ReActAgent,
     ToolCall,
     ToolCallResult,
 )
-from llama_index.core.base.llms.types import ChatMessage  # noqa: E402
-from llama_index.core.tools import FunctionTool  # noqa: E402
-from llama_index.core.workflow import Context  # noqa: E402
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import Context
 
-from ironmem import FENCE_OPEN, MemoryManager  # noqa: E402
-from ironmem.adapters.llama_index import IronMemory  # noqa: E402
-from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedRequest, tool_call  # noqa: E402
+from ironmem import FENCE_OPEN, MemoryManager
+from ironmem.adapters.llama_index import IronMemory
+from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedRequest, tool_call
 
 SYSTEM_PROMPT = "You are a concise travel assistant."
 PASSPORT = "Passport expires in May"

@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core import Document, VectorStoreIndex  # noqa: E402
-from llama_index.core.chat_engine import CondensePlusContextChatEngine, SimpleChatEngine  # noqa: E402
-from llama_index.core.embeddings import MockEmbedding  # noqa: E402
+from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.chat_engine import CondensePlusContextChatEngine, SimpleChatEngine
+from llama_index.core.embeddings import MockEmbedding
 
-from ironmem import FENCE_OPEN, MemoryManager  # noqa: E402
-from ironmem.adapters.llama_index import IronMemory  # noqa: E402
-from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedRequest  # noqa: E402
+from ironmem import FENCE_OPEN, MemoryManager
+from ironmem.adapters.llama_index import IronMemory
+from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedRequest
 
 PREFERENCE = "Prefers window seats"
 

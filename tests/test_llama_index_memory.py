@@ -15,16 +15,16 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.base.llms.types import ChatMessage, TextBlock  # noqa: E402
-from llama_index.core.memory import BaseMemoryBlock, Memory  # noqa: E402
+from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.memory import BaseMemoryBlock, Memory
 
-from ironmem import FENCE_OPEN, SYSTEM_NOTE, MemoryManager  # noqa: E402
-from ironmem.adapters.llama_index import (  # noqa: E402
+from ironmem import FENCE_OPEN, SYSTEM_NOTE, MemoryManager
+from ironmem.adapters.llama_index import (
     IronMemory,
     SnapshotMemoryBlock,
-    _registry,  # noqa: E402
+    _registry,
 )
-from ironmem.testing.faulty import SlowSyncProvider  # noqa: E402
+from ironmem.testing.faulty import SlowSyncProvider
 
 
 def user(text: str) -> ChatMessage:

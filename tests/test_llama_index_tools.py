@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.agent.react.formatter import ReActChatFormatter  # noqa: E402
-from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
-from llama_index.core.tools import FunctionTool  # noqa: E402
+from llama_index.core.agent.react.formatter import ReActChatFormatter
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.tools import FunctionTool
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.adapters.llama_index import IronMemory, IronMemoryToolSpec, SchemaToolMetadata, memory_tools  # noqa: E402
-from ironmem.testing.faulty import InjectingProvider, RaisingProvider  # noqa: E402
-from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, tool_call  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.adapters.llama_index import IronMemory, IronMemoryToolSpec, SchemaToolMetadata, memory_tools
+from ironmem.testing.faulty import InjectingProvider, RaisingProvider
+from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, tool_call
 
 
 def test_every_tool_carries_the_core_schema_exactly(manager: MemoryManager) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("mem0")
 
-from ironmem import ConfigError, MemoryManager  # noqa: E402
-from ironmem.providers.mem0 import Mem0Provider, Mem0Settings  # noqa: E402
-from ironmem.testing.embeddings import HashingEmbedder, HashingEmbeddings  # noqa: E402
+from ironmem import ConfigError, MemoryManager
+from ironmem.providers.mem0 import Mem0Provider, Mem0Settings
+from ironmem.testing.embeddings import HashingEmbedder, HashingEmbeddings
 
 
 @pytest.fixture(autouse=True)

@@ -65,7 +65,7 @@ def test_search_from_worker_threads(index: SearchIndex) -> None:
             for i in range(25):
                 index.add_turn(f"t{n}", f"thread {n} message {i} about kayaking", "ok", user_id=None)
                 assert index.search("kayaking")
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]

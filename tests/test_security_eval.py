@@ -20,7 +20,7 @@ REPORT = ROOT / "tests" / "data" / "security" / "loso_report.json"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-import security_eval  # noqa: E402
+import security_eval
 
 
 @pytest.fixture(scope="module")

@@ -209,7 +209,7 @@ def parse_usage(obj: Any) -> UsageRecord | None:
         return None
     # LangChain AIMessage / AIMessageChunk
     if not isinstance(obj, Mapping) and hasattr(obj, "usage_metadata"):
-        mapping = _as_mapping(getattr(obj, "usage_metadata"))
+        mapping = _as_mapping(obj.usage_metadata)
         if mapping:
             return _from_langchain(mapping)
         # no standard usage: fall back to the provider's raw usage in response_metadata
@@ -221,7 +221,7 @@ def parse_usage(obj: Any) -> UsageRecord | None:
         return None
     # LlamaIndex ChatResponse / CompletionResponse: the provider's raw response
     if not isinstance(obj, Mapping) and hasattr(obj, "raw"):
-        record = parse_usage(getattr(obj, "raw"))
+        record = parse_usage(obj.raw)
         if record is not None:
             return record
         extra = _as_mapping(getattr(obj, "additional_kwargs", None))

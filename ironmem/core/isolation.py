@@ -87,7 +87,7 @@ class Guard:
         def target() -> None:
             try:
                 box["value"] = fn()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 box["error"] = exc
 
         worker = threading.Thread(target=target, name=f"ironmem-{self.provider.name}-{hook}", daemon=True)

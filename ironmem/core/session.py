@@ -194,10 +194,12 @@ class Session:
         external, guard = manager.external, manager._guard
         if external is not None and guard is not None and budget.items:
             query = redact_secrets(user_message)
-            result = guard.call(
-                "prefetch", lambda: external.prefetch(query, session_id=self.id), "", timeout=manager.prefetch_timeout
+            nothing: Any = ""
+            found = guard.call(
+                "prefetch", lambda: external.prefetch(query, session_id=self.id), nothing,
+                timeout=manager.prefetch_timeout,
             )
-            external_items = [RecallItem(external.name, clip(text)) for text in as_items(result)]
+            external_items = [RecallItem(external.name, clip(text)) for text in as_items(found)]
         history: list[RecallItem] = []
         if budget.items:
             try:
@@ -266,12 +268,13 @@ class Session:
             return json_error(f"unknown tool {name!r}; available memory tools: {available}")
         provider = owner[0]
         if provider is self.manager.builtin:
+            answer: str
             try:
-                result = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
+                answer = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
-                result = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
-            return self._count_memory_failure(name, result)
+                answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
+            return self._count_memory_failure(name, answer)
         guard = self.manager._guard
         assert guard is not None
         clean = redact_args(args)

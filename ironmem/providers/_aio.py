@@ -20,7 +20,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..core.errors import ClosedError
 
@@ -100,8 +100,8 @@ class LoopThread:
             return
         if cleanup is not None:
             try:
-                asyncio.run_coroutine_threadsafe(cleanup(), loop).result(timeout)
-            except Exception:  # noqa: BLE001 - closing a dead connection may fail; the loop still stops
+                asyncio.run_coroutine_threadsafe(cast(Any, cleanup()), loop).result(timeout)
+            except Exception:
                 pass
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:

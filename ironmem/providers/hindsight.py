@@ -540,11 +540,11 @@ class HindsightProvider(MemoryProvider):
                 query, limit = search_args(args, 5)
                 facts = self.recall(query, session_id=self._current_session, limit=limit)
                 return _ok(results=facts, count=len(facts))
-            query = args.get("query")
-            if not isinstance(query, str) or not query.strip():
+            question = args.get("query")
+            if not isinstance(question, str) or not question.strip():
                 return _err("'query' is required: the question to answer from memory")
             bank = self._bank(self._current_session)
-            answer = self._call("reflect", lambda c: c.areflect(bank_id=bank, query=redact_secrets(query),
+            answer = self._call("reflect", lambda c: c.areflect(bank_id=bank, query=redact_secrets(question),
                                                                 budget=self.settings.recall_budget))
             return _ok(answer=getattr(answer, "text", None) or str(answer))
         except ToolArgumentError as exc:

@@ -158,7 +158,7 @@ def check_name(factory: ProviderFactory, workdir: Path, settings: ContractSettin
         name = getattr(provider, "name", None)
         _require(isinstance(name, str) and bool(name), f"name must be a non-empty string, got {name!r}")
         _require(name != "builtin", "name 'builtin' is reserved for the built-in provider")
-        _require(bool(_NAME_RE.match(name)),
+        _require(bool(_NAME_RE.match(str(name))),
                  f"name {name!r} should be lowercase letters, digits, '_' or '-' (it is used in config files and status)")
     finally:
         provider.shutdown()
@@ -365,7 +365,7 @@ def check_prefetch_shape(factory: ProviderFactory, workdir: Path, settings: Cont
         def worker() -> None:  # the manager calls hooks from worker threads
             try:
                 box["value"] = provider.prefetch(settings.query, session_id="contract-s1")
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 box["error"] = exc
 
         thread = threading.Thread(target=worker)

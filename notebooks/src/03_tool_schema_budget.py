@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from ironmem import MemoryManager, ToolSchema
-from ironmem.core.config import provider_class
 from ironmem.analysis.tokens import TokenCounter, TokenReport
+from ironmem.core.config import provider_class
 
 counter = TokenCounter("o200k_base")
 import tempfile

@@ -267,7 +267,7 @@ run = aagent.ainvoke(
     {"messages": [HumanMessage("Night train to Madrid?")]},
     {"configurable": {"thread_id": "trip-4", "user_id": "ada"}},
 )
-result = await run  # noqa: F704, PLE1142 - top-level await in a notebook cell
+result = await run  # noqa: F704 - top-level await in a notebook cell
 print(result["messages"][-1].text, "| via:", amodel.requests[0].via)
 memory.close()
 manager.close()

@@ -71,7 +71,7 @@ for text in (
     "What's the weather like today, and where should I eat?",
     "Thanks!",
 ):
-    response = await agent.run(text, memory=memory)  # noqa: F704, PLE1142 - top-level await in a notebook cell
+    response = await agent.run(text, memory=memory)  # noqa: F704 - top-level await in a notebook cell
     print(f"user: {text}\nassistant: {response}\n")
 
 # %% [markdown]

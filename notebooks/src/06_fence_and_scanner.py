@@ -29,8 +29,8 @@ from ironmem import (
     sanitize,
     scan,
 )
-from ironmem.core.fence import fence_overhead_text
 from ironmem.analysis.tokens import TokenCounter
+from ironmem.core.fence import fence_overhead_text
 
 counter = TokenCounter()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's ironmem
 
-from ironmem import MemoryManager  # noqa: E402
+from ironmem import MemoryManager
 
 
 def main() -> None:

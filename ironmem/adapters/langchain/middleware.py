@@ -265,7 +265,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
     # -- compaction: messages that left the history since the previous model call -----------------
     def _compacted(self, session: Session, messages: list[AnyMessage]) -> list[dict[str, str]]:
         """Messages seen at this session's previous model call that are gone now, as role/content dicts."""
-        current = {m.id: m for m in messages if m.id}
+        current: dict[str, BaseMessage] = {m.id: m for m in messages if m.id}
         previous = self._seen.get(session.id)
         self._seen[session.id] = current
         if not previous:

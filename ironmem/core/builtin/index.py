@@ -783,7 +783,7 @@ class SearchIndex:
         weights = [t[0] for t in kept]
         ranked = _ranked(sets, weights, excluded)
         window = max(RERANK_MIN, RERANK_FACTOR * limit)
-        rows: list[tuple[int, str, str | None, float, str, str]] = []
+        rows: list[tuple[int, str, str | None, float, str, str, int]] = []
         pulled = 0
         step = window
         while len(rows) < window and pulled < window * 16:
