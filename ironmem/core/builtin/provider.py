@@ -256,7 +256,8 @@ class BuiltinMemoryProvider(MemoryProvider):
                 if len(op.content) > self.limits[op.target]:  # size first: never scan what cannot be stored
                     raise OperationError(
                         f"the entry is {len(op.content):,} characters; {op.target} holds at most "
-                        f"{self.limits[op.target]:,}. Shorten it; nothing was written"
+                        f"{self.limits[op.target]:,} (its limit). Shorten it and retry; nothing was written",
+                        show_entries=op.target, limit=True,
                     )
                 verdict = scan(op.content)
                 if verdict.blocked:
