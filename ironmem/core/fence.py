@@ -309,6 +309,16 @@ def find_forgeries(text: str, *, headers: bool = False) -> list[tuple[int, int, 
     """
     if not text:
         return []
+    return list(_find_cached(text, headers))
+
+
+@functools.lru_cache(maxsize=4096)
+def _find_cached(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
+    """The scanner re-checks the same entries on every write and render: remember recent answers."""
+    return tuple(_find(text, headers))
+
+
+def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
     folded = fold_map(text, spaces=True, collapse=False)
     v = folded.text
     found: list[tuple[int, int, str]] = []
