@@ -335,7 +335,7 @@ _ESCAPE_OR_OVERRIDE = frozenset("&%\\=+\u202e")
 
 def _inert(text: str) -> bool:
     """No bracket, bar, slash or colon in any written form, no escape, no override: no boundary can form."""
-    return not any(c in _ESCAPE_OR_OVERRIDE for c in text) and not text.translate(_STRUCTURE_TABLE)
+    return not any(c in text for c in _ESCAPE_OR_OVERRIDE) and not text.translate(_STRUCTURE_TABLE)
 
 
 def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
