@@ -80,7 +80,7 @@ import re
 
 import regex
 
-from .text import fold, fold_map
+from .text import fold, fold_char, fold_map
 
 __all__ = [
     "FENCE_CLOSE",
@@ -308,6 +308,38 @@ def find_forgeries(text: str, *, headers: bool = False) -> list[tuple[int, int, 
         [(3, 9, 'header')]
     """
     if not text:
+        return []
+    return list(_find_cached(text, headers))
+
+
+@functools.lru_cache(maxsize=4096)
+def _find_cached(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
+    """The scanner re-checks the same entries on every write and render: remember recent answers."""
+    return tuple(_find(text, headers))
+
+
+class _StructureTable(dict[int, str]):
+    """``str.translate`` table: a character whose fold holds a bracket, bar, slash or colon -> itself, else ""."""
+
+    def __missing__(self, cp: int) -> str:
+        out = chr(cp) if any(c in "<>[]{}|/:" for c in fold_char(chr(cp), True)) else ""
+        if len(self) >= 200_000:
+            self.clear()
+        self[cp] = out
+        return out
+
+
+_STRUCTURE_TABLE = _StructureTable()
+_ESCAPE_OR_OVERRIDE = frozenset("&%\\=+\u202e")
+
+
+def _inert(text: str) -> bool:
+    """No bracket, bar, slash or colon in any written form, no escape, no override: no boundary can form."""
+    return not any(c in text for c in _ESCAPE_OR_OVERRIDE) and not text.translate(_STRUCTURE_TABLE)
+
+
+def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
+    if _inert(text):
         return []
     folded = fold_map(text, spaces=True, collapse=False)
     v = folded.text

@@ -737,3 +737,8 @@ def fold(text: str, *, spaces: bool = False) -> str:
         '<|imstart|>system'
     """
     return fold_map(text, spaces=spaces).text
+
+
+# Read the Unicode data at import, not on first use: a process forked after importing ironmem (a worker pool,
+# a pre-forked server) then shares the table instead of parsing it again in every child.
+_confusables_table()
