@@ -325,7 +325,40 @@ def _parse_model(model: str) -> tuple[str, str]:
     return provider, name.strip()
 
 
+#: ``--model local``: SmolLM2-135M-Instruct on llama.cpp in this process (extra ``ironmem[local]``).
+LOCAL_MODEL = "local"
+
+
+def _is_local(model: str | None) -> bool:
+    return model is not None and model.strip().lower() == LOCAL_MODEL
+
+
+def _check_local() -> None:
+    from .local import LOCAL_EXTRA_HINT, LocalModelUnavailableError, find_model_path, llama_cpp_available
+
+    if not llama_cpp_available():
+        raise DemoError(f"--model local needs llama-cpp-python: {LOCAL_EXTRA_HINT}")
+    try:
+        find_model_path()
+    except LocalModelUnavailableError as exc:
+        raise DemoError(f"--model local: {exc}") from None
+
+
+def _local_chat_model() -> Any:
+    """The local model for the LangChain demo: the script's tool calls are scripted, the model writes the rest."""
+    from .local import LocalModel
+    from .testing.local_model import LocalChatModel
+
+    script: list[Any] = []
+    for turn in SCRIPT:
+        for step in turn.steps:
+            script.append({"name": step.name, "args": step.args} if isinstance(step, ToolStep) else None)
+    return LocalChatModel(model=LocalModel(n_ctx=8192), max_tokens=64, script=script)
+
+
 def _real_model(model: str) -> Any:
+    if _is_local(model):
+        return _local_chat_model()
     provider, name = _parse_model(model)
     key = MODEL_KEYS[provider]
     if not os.environ.get(key):
@@ -799,7 +832,9 @@ def run_demo(
         raise DemoError(f"unknown framework {framework!r}; use langchain or llama-index")
     if (model is not None or chat_model is not None) and framework != "langchain":
         raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
-    if model is not None:
+    if _is_local(model):
+        _check_local()
+    elif model is not None:
         if framework != "langchain":
             raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
         _parse_model(model)
