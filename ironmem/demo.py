@@ -349,10 +349,15 @@ def _local_chat_model() -> Any:
     from .local import LocalModel
     from .testing.local_model import LocalChatModel
 
-    script: list[Any] = []
-    for turn in SCRIPT:
-        for step in turn.steps:
-            script.append({"name": step.name, "args": step.args} if isinstance(step, ToolStep) else None)
+    calls = {t.user: [{"name": s.name, "args": s.args} for s in t.steps if isinstance(s, ToolStep)] for t in SCRIPT}
+
+    def script(messages: list[dict[str, Any]]) -> Any:
+        # Script the tool call when a turn that has one starts (the last message is the user's); else the model.
+        last = messages[-1] if messages else {}
+        if last.get("role") != "user":
+            return None
+        return next((c for user, c in calls.items() if c and str(last.get("content", "")).endswith(user)), None)
+
     return LocalChatModel(model=LocalModel(n_ctx=8192), max_tokens=64, script=script)
 
 

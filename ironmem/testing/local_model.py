@@ -8,7 +8,7 @@
 Both send the real request (system prompt, history, fenced recall, tool schemas) through the model's chat template
 to the engine and return what the model wrote, with its usage in the provider shapes the usage meter reads
 (cached tokens = prompt tokens the engine did not evaluate). SmolLM2-135M does not call tools reliably, so both
-take an optional ``script``: one entry per model call, in order; an entry that is a tool call (``{"name",
+take an optional ``script``: one entry per model call, in order (or one callable asked at every call); an entry that is a tool call (``{"name",
 "args"}``, or a list of them) makes that call's reply the scripted tool call - the engine still evaluates the
 request's prompt, so the KV cache and the timings stay real - and ``None`` lets the model answer. Past the end of
 the script the model answers every call. A ``<tool_call>{...}</tool_call>`` block the model writes itself is
@@ -56,9 +56,10 @@ def parse_tool_calls(text: str) -> list[dict[str, Any]]:
 class _Scripted:
     """The shared part: the script cursor and one engine call under a lock."""
 
-    def __init__(self, model: LocalModel, script: Sequence[ScriptEntry] | None, max_tokens: int) -> None:
+    def __init__(self, model: LocalModel, script: Sequence[ScriptEntry] | Callable[..., Any] | None,
+                 max_tokens: int) -> None:
         self.model = model
-        self.script = list(script or ())
+        self.script: Any = script if callable(script) else list(script or ())
         self.max_tokens = max_tokens
         self.lock = threading.Lock()
         self.calls = 0
@@ -69,7 +70,10 @@ class _Scripted:
     ) -> tuple[Generation, list[dict[str, Any]], bool]:
         """One engine call; returns the generation, the tool calls of the reply, and whether they were scripted."""
         with self.lock:
-            entry = self.script[self.calls] if self.calls < len(self.script) else None
+            if callable(self.script):
+                entry = self.script
+            else:
+                entry = self.script[self.calls] if self.calls < len(self.script) else None
             self.calls += 1
             if callable(entry):
                 entry = entry(messages)
@@ -136,7 +140,7 @@ if _HAVE_LANGCHAIN:
 
         model: Any
         max_tokens: int = 64
-        script: list[Any] | None = None
+        script: Any = None
         _run: Any = PrivateAttr(default=None)
 
         def model_post_init(self, context: Any) -> None:
