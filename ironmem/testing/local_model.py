@@ -144,6 +144,7 @@ if _HAVE_LANGCHAIN:
         _run: Any = PrivateAttr(default=None)
 
         def model_post_init(self, context: Any) -> None:
+            super().model_post_init(context)
             if not isinstance(self.model, LocalModel):
                 raise TypeError(f"LocalChatModel(model=...) takes an ironmem.local.LocalModel, got {self.model!r}")
             self._run = _Scripted(self.model, self.script, self.max_tokens)
