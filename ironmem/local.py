@@ -9,7 +9,9 @@ what the engine really did:
 - ``evaluated``: prompt tokens the engine really evaluated - ``llama_perf_context(ctx).n_p_eval`` after
   ``llama_perf_context_reset``, plus the one-token batches llama.cpp books as ``n_eval`` (a batch of a single
   token counts as generation there, so a prompt suffix of one token, or a 512-token batch boundary leaving one
-  token, would otherwise be missed). The rest of the prompt came from the KV cache;
+  token, would otherwise be missed). ``llama_perf_context`` reports ``max(1, n)`` for both counters, so a
+  counter whose time is 0 is read as 0. The count is cross-checked against the token batches the engine's
+  ``eval()`` received (``Generation.eval_batches``). The rest of the prompt came from the KV cache;
 - ``ttft_s`` (prompt evaluation + first sampled token) and ``total_s``.
 
 The framework wrappers (a LangChain chat model and a LlamaIndex function-calling LLM on top of this engine) are in
@@ -134,6 +136,9 @@ class Generation:
     total_s: float
     stop_reason: str  # "stop" (end-of-generation token) or "length" (max_tokens reached)
     prompt_ids: tuple[int, ...] = field(default=(), repr=False)
+    #: Sizes of the batches the engine's eval() received: the prompt suffix first (absent when nothing was
+    #: evaluated), then one per sampled token but the last.
+    eval_batches: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def cached(self) -> int:
@@ -256,6 +261,16 @@ class LocalModel:
         self._formatter = Jinja2ChatFormatter(template=template, eos_token=self.eos_token,
                                               bos_token=self.bos_token, add_generation_prompt=True)
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
+        # Count the tokens of every eval() call (Llama.generate evaluates the prompt suffix in one call, then each
+        # sampled token in its own), as a second witness next to the perf counters.
+        self._eval_batches: list[int] = []
+        engine_eval = self.llm.eval
+
+        def counting_eval(tokens: Sequence[int]) -> None:
+            self._eval_batches.append(len(tokens))
+            engine_eval(tokens)
+
+        self.llm.eval = counting_eval  # type: ignore[method-assign]
 
     # -- text <-> tokens ------------------------------------------------------------------------
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -305,6 +320,7 @@ class LocalModel:
         lib = self._llama_cpp
         ctx = self.llm._ctx.ctx
         lib.llama_perf_context_reset(ctx)
+        self._eval_batches.clear()
         out: list[int] = []
         stop_reason = "length"
         started = time.perf_counter()
@@ -321,10 +337,18 @@ class LocalModel:
                 break
         total = time.perf_counter() - started
         perf = lib.llama_perf_context(ctx)
-        n_p_eval, n_eval = int(perf.n_p_eval), int(perf.n_eval)
+        # llama_perf_context reports max(1, n) for both counters; a counter whose time is 0 counted nothing.
+        n_p_eval = int(perf.n_p_eval) if perf.t_p_eval_ms > 0 else 0
+        n_eval = int(perf.n_eval) if perf.t_eval_ms > 0 else 0
         # Every sampled token but the last was decoded one at a time (n_eval); the rest of n_eval are
         # one-token prompt batches.
         evaluated = n_p_eval + max(0, n_eval - (len(out) - 1))
+        # Cross-check with the batches the engine decoded: the first eval() call of generate() is the prompt.
+        batches = list(self._eval_batches)
+        by_calls = batches[0] if batches else 0
+        if by_calls != evaluated:
+            logger.warning("llama.cpp perf counters say %d prompt tokens evaluated, the eval() calls say %d",
+                           evaluated, by_calls)
         text_tokens = out[:-1] if stop_reason == "stop" else out
         return Generation(
             text=self.detokenize(text_tokens),
@@ -337,6 +361,7 @@ class LocalModel:
             total_s=total,
             stop_reason=stop_reason,
             prompt_ids=tuple(ids),
+            eval_batches=tuple(batches),
         )
 
     def chat(
@@ -373,6 +398,7 @@ class RequestMeasurement:
     predicted: int
     n_p_eval: int
     n_eval: int
+    evaluated_by_eval_calls: int  # the same count from the batches the engine's eval() received
     output_tokens: int
     ttft_s: float
     total_s: float
@@ -516,6 +542,7 @@ def run_strategy(
                     predicted=outcome.uncached_tokens,
                     n_p_eval=generation.n_p_eval,
                     n_eval=generation.n_eval,
+                    evaluated_by_eval_calls=generation.eval_batches[0] if generation.eval_batches else 0,
                     output_tokens=len(generation.output_tokens),
                     ttft_s=generation.ttft_s,
                     total_s=generation.total_s,

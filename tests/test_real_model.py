@@ -47,13 +47,14 @@ def test_cold_request_evaluates_every_prompt_token_and_a_shared_prefix_is_reused
     first = model.chat(_messages(system, ("user", "Name one ocean.")), max_tokens=8)
     assert first.evaluated == first.prompt_tokens > 200
     assert first.n_p_eval == first.prompt_tokens  # one multi-token batch: all of it is n_p_eval
+    assert first.eval_batches[0] == first.evaluated  # the engine's eval() calls agree with its perf counters
     follow = _messages(system, ("user", "Name one ocean."), ("assistant", first.text), ("user", "And a sea?"))
     prompt = model.tokenize(model.render(follow))
     second = model.generate(prompt, max_tokens=8)
     # everything up to the first token that differs from the cached prompt + reply is re-used
     cached = list(first.prompt_ids) + list(first.output_tokens[:-1])
     shared = next((i for i, (a, b) in enumerate(zip(cached, prompt)) if a != b), min(len(cached), len(prompt)))
-    assert second.evaluated == len(prompt) - shared
+    assert second.evaluated == len(prompt) - shared == second.eval_batches[0]
     assert second.evaluated < 40 < second.prompt_tokens
     # a different system prompt shares (almost) nothing: evaluated again in full
     other = model.chat(_messages(("system", "Answer in French. " * 40), ("user", "Name one ocean.")), max_tokens=4)
@@ -103,6 +104,10 @@ def test_simulator_predicts_the_engine(short_run) -> None:  # type: ignore[no-un
         per_request = [(r["evaluated"], r["predicted"]) for t in result["turns"] for r in t["requests"]]
         exact = sum(1 for e, p in per_request if e == p)
         assert exact >= len(per_request) - 1, (strategy, per_request)
+        # the perf counters and the engine's eval() batches agree on every request (scripted steps included)
+        for turn in result["turns"]:
+            for r in turn["requests"]:
+                assert r["evaluated"] == r["evaluated_by_eval_calls"], r
 
 
 def test_simulator_replays_recorded_token_ids(model: LocalModel, script) -> None:  # type: ignore[no-untyped-def]
