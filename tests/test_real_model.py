@@ -96,8 +96,7 @@ def test_frozen_snapshot_reuses_the_cache_and_rewriting_does_not(short_run) -> N
         assert turn["evaluated_share"] <= 0.15, turn
     for turn in rewrite["turns"][1:]:
         opening = turn["requests"][0]
-        if opening["evaluated"] != opening["prompt_tokens"] - 0:
-            assert opening["evaluated"] >= 0.5 * opening["prompt_tokens"], turn
+        assert opening["evaluated"] >= 0.6 * opening["prompt_tokens"], turn
     assert rewrite["totals"]["evaluated"] > 3 * frozen["totals"]["evaluated"]
     # the memory-write turns ran the scripted tool step through the engine too
     assert [len(t["requests"]) for t in frozen["turns"]] == [1, 2, 1, 2, 1]
