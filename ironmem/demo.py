@@ -324,7 +324,45 @@ def _parse_model(model: str) -> tuple[str, str]:
     return provider, name.strip()
 
 
+#: ``--model local``: SmolLM2-135M-Instruct on llama.cpp in this process (extra ``ironmem[local]``).
+LOCAL_MODEL = "local"
+
+
+def _is_local(model: str | None) -> bool:
+    return model is not None and model.strip().lower() == LOCAL_MODEL
+
+
+def _check_local() -> None:
+    from .local import LOCAL_EXTRA_HINT, LocalModelUnavailableError, find_model_path, llama_cpp_available
+
+    if not llama_cpp_available():
+        raise DemoError(f"--model local needs llama-cpp-python: {LOCAL_EXTRA_HINT}")
+    try:
+        find_model_path()
+    except LocalModelUnavailableError as exc:
+        raise DemoError(f"--model local: {exc}") from None
+
+
+def _local_chat_model() -> Any:
+    """The local model for the LangChain demo: the script's tool calls are scripted, the model writes the rest."""
+    from .local import LocalModel
+    from .testing.local_model import LocalChatModel
+
+    calls = {t.user: [{"name": s.name, "args": s.args} for s in t.steps if isinstance(s, ToolStep)] for t in SCRIPT}
+
+    def script(messages: list[dict[str, Any]]) -> Any:
+        # Script the tool call when a turn that has one starts (the last message is the user's); else the model.
+        last = messages[-1] if messages else {}
+        if last.get("role") != "user":
+            return None
+        return next((c for user, c in calls.items() if c and str(last.get("content", "")).endswith(user)), None)
+
+    return LocalChatModel(model=LocalModel(n_ctx=8192), max_tokens=64, script=script)
+
+
 def _real_model(model: str) -> Any:
+    if _is_local(model):
+        return _local_chat_model()
     provider, name = _parse_model(model)
     key = MODEL_KEYS[provider]
     if not os.environ.get(key):
@@ -798,7 +836,9 @@ def run_demo(
         raise DemoError(f"unknown framework {framework!r}; use langchain or llama-index")
     if (model is not None or chat_model is not None) and framework != "langchain":
         raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
-    if model is not None:
+    if _is_local(model):
+        _check_local()
+    elif model is not None:
         if framework != "langchain":
             raise DemoError("--model runs with the LangChain demo only; drop --framework llama-index")
         _parse_model(model)

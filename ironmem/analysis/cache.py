@@ -14,6 +14,10 @@ Policies (one class per provider, facts and prices as data in :data:`PRICES`, ov
 - :class:`DeepSeekPolicy` - context caching on disk in fixed 64-token prefix units.
 - :class:`VLLMPolicy` - automatic prefix caching in full blocks (16 tokens by default), each block hashed together
   with its parent block's hash, LRU eviction when the pool holds ``capacity_blocks`` blocks.
+- :class:`LlamaCppPolicy` - a local llama.cpp engine (llama-cpp-python's ``Llama``, or one slot of ``llama-server``):
+  one KV cache holding the previous prompt AND the reply generated after it; a request re-uses the longest common
+  token prefix with that cache (at most all but its last token) and evaluates the rest. Pass the generated tokens
+  with ``request(..., output_tokens=...)``; the engine keeps every sampled token but the last one.
 
 What is NOT modelled: OpenAI's routing (requests are routed by a hash of about the first 256 tokens plus
 ``prompt_cache_key``; above ~15 requests per minute per prefix some overflow to machines without the cache); cache
@@ -56,6 +60,7 @@ __all__ = [
     "GeminiPolicy",
     "DeepSeekPolicy",
     "VLLMPolicy",
+    "LlamaCppPolicy",
     "PrefixCacheSimulator",
     "theoretical_max_cached",
     "ANTHROPIC_MAX_BREAKPOINTS",
@@ -363,6 +368,9 @@ class CachePolicy(ABC):
     def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
         """The most this policy can serve from cache for a prompt of ``total_tokens`` whose first
         ``shared_tokens`` were seen before (granularity and minimum applied; breakpoints and expiry ignored)."""
+
+    def after_output(self, state: Any, output_tokens: list[int]) -> None:
+        """Record the tokens the engine generated after the last prompt (only engines that cache them care)."""
 
     def write_multiplier(self) -> float:
         return 1.0
@@ -707,6 +715,87 @@ class VLLMPolicy(CachePolicy):
         return f"vLLM (block {self.block_size}, {cap})"
 
 
+class LlamaCppPolicy(CachePolicy):
+    """A local llama.cpp engine with one KV cache (llama-cpp-python's ``Llama``; one slot of ``llama-server``).
+
+    The cache holds the tokens of the previous request: its prompt and then the reply generated after it, minus
+    the last sampled token (the engine samples it but never evaluates it: the stop token, or the last token when
+    ``max_tokens`` ran out). A new prompt re-uses the longest common token prefix with that cache, at most
+    ``len(prompt) - 1`` tokens (the engine evaluates at least one token to get logits), and evaluates the rest;
+    whatever follows the shared prefix is dropped from the cache. One exception (llama-cpp-python 0.3.36): when the
+    cache holds exactly the new prompt, nothing is evaluated (the logits of its last token are still live). Only the LATEST sequence is kept: a prompt that
+    shares a prefix with an older request but not with the latest one is evaluated in full (no block pool, no
+    radix tree; those are :class:`VLLMPolicy` and SGLang).
+
+    ``cached_tokens`` of an outcome is the re-used prefix; ``uncached_tokens`` is what the engine evaluates (its
+    ``llama_perf_context(ctx).n_p_eval`` for that prompt). ``keep_output=False`` models an engine that drops the
+    generated tokens between requests. No price: ``compute_cost_per_mtok`` is an optional proxy per evaluated token.
+
+    Example:
+        >>> sim = PrefixCacheSimulator(LlamaCppPolicy())
+        >>> sim.request([1, 2, 3, 4], output_tokens=[9, 8, 2]).uncached_tokens  # cold: every token evaluated
+        4
+        >>> sim.request([1, 2, 3, 4, 9, 8, 7, 5]).uncached_tokens  # prompt + reply re-used, 7 and 5 evaluated
+        2
+        >>> sim.request([1, 2, 3, 4, 9, 8, 7]).uncached_tokens  # a prefix of the cache: its last token again
+        1
+        >>> sim.request([1, 2, 3, 4, 9, 8, 7]).uncached_tokens  # exactly the cache: nothing to evaluate
+        0
+    """
+
+    provider = "llama.cpp"
+
+    def __init__(
+        self,
+        *,
+        keep_output: bool = True,
+        n_ctx: int | None = None,
+        compute_cost_per_mtok: float = 0.0,
+        ttft: TTFTModel | None = None,
+    ) -> None:
+        if n_ctx is not None and n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1 or None (unbounded), got {n_ctx!r}")
+        base = PRICES.get("llama.cpp", "*")
+        price = dataclasses.replace(base, input_per_mtok=float(compute_cost_per_mtok))
+        super().__init__(price, ttft or TTFTModel(overhead_s=0.0, prefill_tokens_per_s=400.0,
+                                                  cached_tokens_per_s=float("inf")))
+        self.keep_output = keep_output
+        self.n_ctx = n_ctx
+
+    @property
+    def name(self) -> str:
+        return "llama.cpp"
+
+    def new_state(self) -> dict[str, Any]:
+        return {"tokens": b""}  # the cached sequence, packed as int64 for C-speed prefix compares
+
+    def lookup(self, state: dict[str, Any], tokens: list[int], at: float,
+               breakpoints: list[int] | None) -> tuple[int, int]:
+        if self.n_ctx is not None and len(tokens) > self.n_ctx:
+            raise ValueError(
+                f"prompt of {len(tokens):,} tokens does not fit the context window (n_ctx={self.n_ctx:,}); "
+                "the engine refuses it: shorten the prompt or raise n_ctx"
+            )
+        raw = array("q", tokens).tobytes()
+        if tokens and raw == state["tokens"]:
+            cached = len(tokens)  # the cache ends exactly here with live logits: sample at once
+        else:
+            cached = _shared_prefix(state["tokens"], raw[:-8]) if tokens else 0
+        state["tokens"] = raw
+        return cached, 0
+
+    def after_output(self, state: dict[str, Any], output_tokens: list[int]) -> None:
+        if self.keep_output and len(output_tokens) > 1:
+            state["tokens"] += array("q", output_tokens[:-1]).tobytes()
+
+    def max_cached(self, total_tokens: int, shared_tokens: int) -> int:
+        return max(0, min(shared_tokens, total_tokens - 1))
+
+    def describe(self) -> str:
+        keep = "prompt + reply" if self.keep_output else "prompt only"
+        return f"llama.cpp (one KV cache: longest common prefix with the last {keep})"
+
+
 # ------------------------------------------------------------------------------------------------
 # Simulator
 # ------------------------------------------------------------------------------------------------
@@ -735,10 +824,20 @@ class PrefixCacheSimulator:
         self._now = 0.0
 
     def request(
-        self, tokens: Sequence[int], *, at: float | None = None, breakpoints: Sequence[int] | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        at: float | None = None,
+        breakpoints: Sequence[int] | None = None,
+        output_tokens: Sequence[int] | None = None,
     ) -> CacheOutcome:
-        """Send one prompt (token ids). ``breakpoints`` are prefix lengths (Anthropic only; ignored elsewhere)."""
+        """Send one prompt (token ids). ``breakpoints`` are prefix lengths (Anthropic only; ignored elsewhere).
+
+        ``output_tokens`` are the tokens the model generated for this prompt, in order, the stop token included;
+        policies of engines that keep them in the cache (:class:`LlamaCppPolicy`) use them, the others ignore them.
+        """
         seq = _check_tokens(tokens)
+        output = _check_tokens(output_tokens) if output_tokens is not None else None
         if at is None:
             at = self._now
         if at < self._now:
@@ -748,6 +847,8 @@ class PrefixCacheSimulator:
         if points is not None and not self.policy.explicit:
             points = None
         cached, written = self.policy.lookup(self._state, seq, self._now, points)
+        if output:
+            self.policy.after_output(self._state, output)
         total = len(seq)
         uncached = total - cached
         outcome = CacheOutcome(

