@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import RESULTS, metadata, table  # noqa: E402
+from _util import RESULTS, metadata, table
 
-from ironmem.analysis.replay import STRATEGIES, record_session  # noqa: E402
-from ironmem.local import LocalModel, LocalModelUnavailableError, run_strategy  # noqa: E402
+from ironmem.analysis.replay import STRATEGIES, record_session
+from ironmem.local import LocalModel, LocalModelUnavailableError, run_strategy
 
 FROZEN_MAX_SHARE = 0.10
 REWRITE_MIN_SHARE = 0.90

@@ -32,7 +32,6 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import importlib.util
 import json

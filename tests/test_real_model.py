@@ -17,11 +17,11 @@ pytest.importorskip(
     "llama_cpp", reason='llama-cpp-python is not installed: pip install "ironmem[local]" (.ci/run installs it)'
 )
 
-from ironmem.analysis.cache import LlamaCppPolicy, PrefixCacheSimulator  # noqa: E402
-from ironmem.analysis.replay import record_session  # noqa: E402
-from ironmem.analysis.usage import UsageMeter, parse_usage  # noqa: E402
-from ironmem.core.fence import FENCE_OPEN  # noqa: E402
-from ironmem.local import LocalModel, run_strategy  # noqa: E402
+from ironmem.analysis.cache import LlamaCppPolicy, PrefixCacheSimulator
+from ironmem.analysis.replay import record_session
+from ironmem.analysis.usage import UsageMeter, parse_usage
+from ironmem.core.fence import FENCE_OPEN
+from ironmem.local import LocalModel, run_strategy
 
 
 @pytest.fixture(scope="module")
