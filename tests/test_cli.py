@@ -516,15 +516,15 @@ def test_simulate_refuses_a_turn_count_it_cannot_hold(cli) -> None:
 
 
 def test_scan_of_a_large_file_prints_a_bounded_report_blocked_items_first(tmp_path: Path) -> None:
-    lines = [f"note {i}: deploy the budget review on tuesday with the team" for i in range(20000)]
-    lines[15000] = INJECTION
+    lines = [f"note {i}: deploy the budget review on tuesday with the team" for i in range(3000)]
+    lines[2500] = INJECTION
     big = tmp_path / "big.txt"
     big.write_text("\n".join(lines), encoding="utf-8")
     proc = run("scan", str(big))
     assert proc.returncode == 1  # something is blocked
-    assert len(proc.stdout) < 60_000, "the table must not print the whole file"
+    assert len(proc.stdout) < 60_000, "the table must not print the whole file"  # 3,000 rows would be ~500 KB
     assert proc.stdout.index("BLOCKED") < proc.stdout.index(" ok ")  # blocked first
-    assert "19,800 more items not listed" in proc.stdout and "20,000 scanned, 1 blocked" in proc.stdout
+    assert "2,800 more items not listed" in proc.stdout and "3,000 scanned, 1 blocked" in proc.stdout
     as_json = json.loads(run("scan", str(big), "--json", "--max-chars", "10").stdout)
-    assert as_json["scanned"] == 20000 and all(len(i["text"]) <= 11 for i in as_json["items"])
-    assert [i["line"] for i in as_json["items"] if i["blocked"]] == [15001]
+    assert as_json["scanned"] == 3000 and all(len(i["text"]) <= 11 for i in as_json["items"])
+    assert [i["line"] for i in as_json["items"] if i["blocked"]] == [2501]
