@@ -29,3 +29,25 @@ def manager(home: Path) -> Iterator[MemoryManager]:
     m = MemoryManager(home=home, prefetch_timeout=1.0)
     yield m
     m.close()
+
+
+# -- PostgreSQL: one throwaway cluster per test session (ironmem.testing.postgres), a fresh database per test ----
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[object]:
+    from ironmem.testing.postgres import PostgresCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"PostgreSQL tests skipped: {reason}")
+    cluster = PostgresCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: object) -> Iterator[str]:
+    url = pg_cluster.create_database()  # type: ignore[attr-defined]
+    yield url
+    pg_cluster.drop_database(url)  # type: ignore[attr-defined]

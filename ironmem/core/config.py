@@ -8,6 +8,7 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       user_char_limit: 1375
       prefetch_timeout: 3.0
       strict: false
+      storage: files            # or postgresql://user:pass@host/db (one memory shared by many machines)
       provider: local_vector    # optional: the ONE external provider (rule 1)
     local_vector:               # that provider's own settings
       embedder: my_project.embeddings:embedder
@@ -100,6 +101,9 @@ class MemorySettings(BaseModel):
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
     provider: str | list[str] | None = Field(None, description="The one external provider, by registered name")
+    storage: str | None = Field(
+        None, description="Where entries and turns live: 'files' (default) or a postgresql:// URL"
+    )
 
 
 @dataclass
@@ -442,6 +446,7 @@ def manager_from_config(path: str | Path) -> MemoryManager:
         prefetch_timeout=settings.prefetch_timeout,
         tool_timeout=settings.tool_timeout,
         sync_drain_timeout=settings.sync_drain_timeout,
+        storage=settings.storage,
     )
     if provider is not None:
         reason = ""

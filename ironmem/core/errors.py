@@ -32,3 +32,7 @@ class ConfigError(IronMemError):
 
 class EncodingUnavailableError(IronMemError):
     """A tiktoken encoding cannot be loaded (typically offline without TIKTOKEN_CACHE_DIR)."""
+
+
+class StorageError(MemoryFileError):
+    """The memory storage (files or a database) cannot be used; the message says whether anything was written."""

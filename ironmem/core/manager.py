@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .builtin import BuiltinMemoryProvider
+from .builtin.storage import MemoryStorage
 from .builtin.store import format_usage
 from .errors import BuiltinProviderError, ProviderConflictError
 from .fence import sanitize
@@ -60,6 +61,7 @@ class MemoryManager:
         prefetch_timeout: float = 3.0,
         tool_timeout: float = 30.0,
         sync_drain_timeout: float = 30.0,
+        storage: str | MemoryStorage | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -72,7 +74,7 @@ class MemoryManager:
         self.tool_timeout = float(tool_timeout)
         self.sync_drain_timeout = float(sync_drain_timeout)
         self.builtin = BuiltinMemoryProvider(
-            self.home, memory_char_limit=memory_char_limit, user_char_limit=user_char_limit
+            self.home, memory_char_limit=memory_char_limit, user_char_limit=user_char_limit, storage=storage
         )
         self.builtin.add_write_listener(self._mirror_write)
         self.external: MemoryProvider | None = None
@@ -255,6 +257,7 @@ class MemoryManager:
             providers.append(entry)
         return {
             "home": str(self.home),
+            "storage": self.builtin.storage.describe(),
             "providers": providers,
             "files": files,
             "turns_indexed": self.builtin.index.turn_count(),

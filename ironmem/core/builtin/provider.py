@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,8 @@ from ..errors import MemoryFileError
 from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
 from .index import SearchIndex
-from .store import FileState, MemoryFile, format_usage, render_entries
+from .storage import EntryFile, MemoryStorage, TurnIndex, open_storage
+from .store import FileState, format_usage
 from .tools import (
     MEMORY_TOOL,
     SEARCH_TOOL,
@@ -53,17 +53,26 @@ class BuiltinMemoryProvider(MemoryProvider):
 
     name = "builtin"
 
-    def __init__(self, home: str | Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375) -> None:
+    def __init__(
+        self,
+        home: str | Path,
+        *,
+        memory_char_limit: int = 2200,
+        user_char_limit: int = 1375,
+        storage: str | MemoryStorage | None = None,
+    ) -> None:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_dir = self.home / ".ironmem"
         self.state_dir.mkdir(exist_ok=True)
         self.limits = {"memory": memory_char_limit, "user": user_char_limit}
-        self.files = {
-            target: MemoryFile(self.home / FILE_NAMES[target], limit=self.limits[target], state_dir=self.state_dir)
-            for target in TARGETS
+        #: Where entries and turns live: files + SQLite (default) or PostgreSQL (``storage="postgresql://..."``).
+        self.storage: MemoryStorage = open_storage(storage, home=self.home)
+        self.scope = ""  # the Hermes-default shared entries
+        self.files: dict[str, EntryFile] = {
+            target: self.storage.entry_file(self.scope, target, limit=self.limits[target]) for target in TARGETS
         }
-        self.index = SearchIndex(self.state_dir / "search.db")
+        self.index: TurnIndex | SearchIndex = self.storage.index
         self._listeners: list[WriteListener] = []
 
     # -- contract -----------------------------------------------------------------------------
@@ -114,17 +123,12 @@ class BuiltinMemoryProvider(MemoryProvider):
                         "to the model in every future session, so it must not contain instructions, hidden text, "
                         "secrets or links that send data out. Rephrase it as a plain fact; nothing was written"
                     )
-        with ExitStack() as stack:
-            # Lock every file the batch touches, always in the same order, so two batches cannot deadlock.
-            current = {t: stack.enter_context(self.files[t].locked()) for t in targets}
-            for target, state in current.items():
-                if state.corrupt:
-                    raise MemoryFileError(
-                        f"{state.corrupt}. A copy is at {state.backup}. Fix or delete {self.files[target].path} "
-                        "and retry; ironmem will not overwrite a file it cannot parse"
-                    )
+        changed: list[tuple[str, str, str]] = []  # (action, target, content) for the listeners
+
+        def change(current: dict[str, FileState]) -> dict[str, list[str]]:
+            # Runs under the storage's lock (and may run again after a lost database connection).
+            changed.clear()
             entries = {t: list(s.entries) for t, s in current.items()}
-            changed: list[tuple[str, str, str]] = []  # (action, target, content) for the listeners
             for op in operations:
                 before = entries[op.target]
                 entries[op.target], did_change = apply_operation(before, op)
@@ -139,11 +143,11 @@ class BuiltinMemoryProvider(MemoryProvider):
                         changed.append(("add", op.target, op.content))
             for target in targets:
                 check_limit(entries[target], list(current[target].entries), self.limits[target], target)
-            new_states: dict[str, FileState] = {}
-            for target in targets:
-                if entries[target] != list(current[target].entries):
-                    self.files[target].write_entries(entries[target])
-                new_states[target] = FileState(tuple(entries[target]), render_entries(entries[target]))
+            return entries
+
+        record = [{"action": op.action, "target": op.target, "content": op.content, "old_text": op.old_text}
+                  for op in operations]
+        new_states = self.storage.transact(self.scope, targets, change, record=record)
         for target, state in new_states.items():
             self.index.sync_entries(target, state.entries)
         for action, target, content in changed:
@@ -180,4 +184,4 @@ class BuiltinMemoryProvider(MemoryProvider):
         return _result(success=True, query=query, results=[h.to_dict() for h in hits])
 
     def shutdown(self) -> None:
-        self.index.close()
+        self.storage.close()
