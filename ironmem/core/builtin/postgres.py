@@ -274,20 +274,49 @@ class PostgresStorage(MemoryStorage):
         }
         if migrate:
             self.migrate()
-        self._pool: ConnectionPool = psycopg_pool.ConnectionPool(
-            conninfo,
+        self._pool_size = max(1, int(pool_size))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pool: ConnectionPool = self._new_pool()
+        self._index = PostgresIndex(self)
+
+    def _new_pool(self) -> ConnectionPool:
+        _, psycopg_pool = _require_psycopg()
+        pool = psycopg_pool.ConnectionPool(
+            self._conninfo,
             min_size=1,
-            max_size=max(1, int(pool_size)),
+            max_size=self._pool_size,
             kwargs=self._kwargs,
             open=False,
-            name=f"ironmem-{schema}",
+            name=f"ironmem-{self.schema}",
             timeout=max(0.5, min(self.connect_timeout, self.retry_for)),
             reconnect_timeout=max(60.0, self.retry_for),
         )
-        self._pool.open(wait=False)
-        self._index = PostgresIndex(self)
-        self._closed = False
-        self._lock = threading.Lock()
+        pool.open(wait=False)
+        return pool
+
+    def _revive(self, exc: BaseException) -> None:
+        """After a lost connection: drop broken pooled connections; when the pool could not connect at all
+        (its reconnection attempts back off to several seconds while the server is down) and the server answers
+        again, replace the pool so the next call does not wait for its next attempt."""
+        pool = self._pool
+        try:
+            pool.check()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        _, psycopg_pool = _require_psycopg()
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return
+        try:
+            probe = self._psycopg.connect(self._conninfo, **self._kwargs)
+        except self._psycopg.Error:
+            return  # still down
+        probe.close()
+        with self._lock:
+            if self._closed or self._pool is not pool:
+                return
+            self._pool = self._new_pool()
+        threading.Thread(target=pool.close, kwargs={"timeout": 5.0}, daemon=True).start()
 
     # -- connections ------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -300,7 +329,7 @@ class PostgresStorage(MemoryStorage):
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return StorageError(
             f"PostgreSQL at {self._where} is unreachable ({detail}); {what} gave up after {self.retry_for:g} s of "
-            f"retries. {written} Check that the server is running and reachable, then retry"
+            f"retries.{' ' + written if written else ''} Check that the server is running and reachable, then retry"
         )
 
     def run(self, what: str, fn: Callable[[psycopg.Connection[Any]], T], *, written: str = "Nothing was written.") -> T:
@@ -322,15 +351,12 @@ class PostgresStorage(MemoryStorage):
                 if time.monotonic() + delay > deadline:
                     raise self._unavailable(exc, what, written=written) from exc
                 log.warning("PostgreSQL connection lost during %s (%s); retrying", what, exc)
-                try:
-                    self._pool.check()  # drop the other broken connections (a restart breaks all of them)
-                except Exception:  # pragma: no cover - best effort
-                    pass
+                self._revive(exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
             except psycopg.Error as exc:
                 detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise StorageError(f"PostgreSQL at {self._where} refused {what}: {detail}. {written}") from exc
+                raise StorageError(f"PostgreSQL at {self._where} refused {what}: {detail}.{' ' + written if written else ''}") from exc
 
     def migrate(self) -> None:
         """Create or upgrade ironmem's tables (idempotent; safe from many processes at once).
