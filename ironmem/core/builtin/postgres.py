@@ -683,20 +683,17 @@ class PostgresIndex:
 
     def _search_entries(self, conn: psycopg.Connection[Any], tsqueries: list[str]) -> list[SearchHit]:
         """Entries of the scope ranked with FTS5's bm25 (term frequency counted once per matching clause)."""
-        s = self._s
-        any_q = " | ".join(f"({q})" for q in tsqueries)
-        stats = conn.execute(
-            f"SELECT count(*), coalesce(avg(nterms), 0) FROM {s}.entries WHERE scope = %s", (self.scope,)
-        ).fetchone()
-        total, avgdl = (int(stats[0]), float(stats[1])) if stats else (0, 0.0)
-        if not total:
-            return []
         rows = conn.execute(
             f"SELECT e.target, e.text, e.nterms, ARRAY(SELECT e.terms @@ q.q FROM unnest(%s::tsquery[]) "
-            f"WITH ORDINALITY AS q(q, o) ORDER BY q.o) FROM {s}.entries e "
-            "WHERE e.scope = %s AND e.terms @@ %s::tsquery ORDER BY e.target, e.pos",
-            (tsqueries, self.scope, any_q),
-        ).fetchall()
+            f"WITH ORDINALITY AS q(q, o) ORDER BY q.o) FROM {self._s}.entries e "
+            "WHERE e.scope = %s ORDER BY e.target, e.pos",
+            (tsqueries, self.scope),
+        ).fetchall()  # every entry of the scope (a few dozen): the statistics need them all
+        total = len(rows)
+        if not total:
+            return []
+        avgdl = sum(r[2] for r in rows) / total
+        rows = [r for r in rows if any(r[3])]
         df = [sum(1 for r in rows if r[3][i]) for i in range(len(tsqueries))]
         hits = []
         for target, text, nterms, matched in rows:
