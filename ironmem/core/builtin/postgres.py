@@ -717,7 +717,7 @@ class PostgresIndex:
         user_id: str | None,
         exclude_session: str | None,
     ) -> list[SearchHit]:
-        s = self._s
+        s_name = self._s
         if len(tsqueries) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
             probed = []
             for i, (found, oldest) in enumerate(self._lists(conn, tsqueries, PROBE_ROWS, summary=True)):
@@ -743,23 +743,32 @@ class PostgresIndex:
             for i in capped_terms:
                 terms[i][3].extend(both)
         ids: list[int] = []
-        term_no: list[int] = []
-        weights: list[float] = []
-        for n, (weight, _, _, found) in enumerate(terms):
-            ids.extend(found)
-            term_no.extend([n] * len(found))
-            weights.extend([weight] * len(found))
-        # BM25 with k1 = 0 over the candidates: the summed IDF of the distinct words a turn holds.
+        weights: list[int] = []  # fixed point (1e-9): integer sums are exact, so equal word sets tie exactly
+        for weight, _, _, found in terms:
+            unique = list(dict.fromkeys(found))
+            ids.extend(unique)
+            weights.extend([round(weight * 1e9)] * len(unique))
+        # BM25 with k1 = 0 over the candidates: the summed IDF of the distinct words a turn holds. The filters
+        # read each candidate by primary key (LATERAL: never a scan of the table); the texts are read for the
+        # winners only.
+        filters = []
+        if user_id is not None:
+            filters.append("t.user_id = %(uid)s")
+        if exclude_session is not None:
+            filters.append("t.session_id <> %(ex)s")
+        ranked = (
+            "SELECT s.id, s.score FROM scored s CROSS JOIN LATERAL "
+            f"(SELECT t.user_id, t.session_id FROM {s_name}.turns t WHERE t.id = s.id) t "
+            f"WHERE {' AND '.join(filters)} " if filters else "SELECT s.id, s.score FROM scored s "
+        )
         rows = conn.execute(
-            "WITH c AS (SELECT DISTINCT id, n, w FROM unnest(%(ids)s::bigint[], %(n)s::int[], %(w)s::float8[]) "
-            "AS c(id, n, w)), "
-            "scored AS (SELECT id, round(sum(w)::numeric, 9) AS score FROM c GROUP BY id) "
-            "SELECT t.id, t.session_id, t.user_id, t.ts, t.user_text, t.assistant_text, scored.score::float8 "
-            f"FROM scored JOIN {s}.turns t ON t.id = scored.id "
-            "WHERE (%(uid)s::text IS NULL OR t.user_id = %(uid)s) "
-            "AND (%(ex)s::text IS NULL OR t.session_id <> %(ex)s) "
-            "ORDER BY scored.score DESC, t.id DESC LIMIT %(limit)s",
-            {"ids": ids, "n": term_no, "w": weights, "uid": user_id, "ex": exclude_session, "limit": limit},
+            "WITH c AS (SELECT * FROM unnest(%(ids)b::bigint[], %(w)b::bigint[]) AS c(id, w)), "
+            "scored AS (SELECT id, sum(w) AS score FROM c GROUP BY id), "
+            f"top AS ({ranked}ORDER BY s.score DESC, s.id DESC LIMIT %(limit)s) "
+            "SELECT t.id, t.session_id, t.user_id, t.ts, t.user_text, t.assistant_text, top.score / 1e9::float8 "
+            f"FROM top CROSS JOIN LATERAL (SELECT * FROM {s_name}.turns t WHERE t.id = top.id) t "
+            "ORDER BY top.score DESC, t.id DESC",
+            {"ids": ids, "w": weights, "uid": user_id, "ex": exclude_session, "limit": limit},
         ).fetchall()
         return [
             SearchHit("turn", f"User: {u}\nAssistant: {a}", round(score, 4), session_id=sid, user_id=uid, ts=ts)
@@ -782,7 +791,7 @@ class PostgresIndex:
             params.append(q)
         agg = "count(*), min(id)" if summary else "array_agg(id)"
         rows = conn.execute(
-            f"SELECT i, {agg} FROM ({' UNION ALL '.join(branches)}) AS c GROUP BY i", params
+            f"SELECT i, {agg} FROM ({' UNION ALL '.join(branches)}) AS c GROUP BY i", params, binary=True
         ).fetchall()
         found = {int(r[0]): (r[1:] if summary else r[1]) for r in rows}
         if summary:
