@@ -319,3 +319,54 @@ def test_same_answers_on_both_backends(home: Path, tmp_path: Path, pg_url: str) 
     assert sum(1 for v in files.values() if v) > 30  # the queries do find things
     for key in files:
         assert pg[key] == files[key], key
+
+
+def test_storage_from_the_environment(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("memory:\n  home: h\n", encoding="utf-8")
+    monkeypatch.setenv("IRONMEM_MEMORY_STORAGE", pg_url)
+    with MemoryManager.from_config(config) as m:
+        assert m.builtin.storage.kind == "postgresql"
+    monkeypatch.setenv("IRONMEM_MEMORY_STORAGE", "files")
+    with MemoryManager.from_config(config) as m:
+        assert m.builtin.storage.kind == "files"
+
+
+def test_cluster_helper_says_why_it_cannot_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ironmem.testing import postgres as helper
+
+    monkeypatch.setenv("IRONMEM_PG_BIN", str(tmp_path))  # no binaries there
+    monkeypatch.setattr(helper.glob, "glob", lambda pattern: [])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert helper.find_pg_bin() is None
+    assert "no PostgreSQL server binaries" in (helper.unavailable_reason() or "")
+
+
+ENTRIES = {
+    "user": ["Name: Ada", "Prefers oolong tea in the morning", "Lives in Porto; 喜欢爬山", "Allergic to peanuts"],
+    "memory": ["Deploys happen on Fridays after the review", "The staging server is kestrel-7",
+               "Weekly report goes to the team on Monday", "数据库用 PostgreSQL 15"],
+}
+TOOL_QUERIES = ["tea", "morning tea", "爬山", "kestrel staging server", "deploy review", "Monday report team",
+                "数据库", "PostgreSQL", "peanuts OR tea", "nothing-matches-this"]
+
+
+def test_session_search_tool_gives_the_same_json_on_both_backends(home: Path, tmp_path: Path, pg_url: str) -> None:
+    """Entries and turns together, through the tool the model calls: same results, same order."""
+    answers = []
+    for spec, folder in ((None, home), (pg_url, tmp_path / "pg-home")):
+        with MemoryManager(home=folder, storage=spec) as m:
+            s = m.start_session("seed")
+            for target, entries in ENTRIES.items():
+                for entry in entries:
+                    assert call(s, "memory", action="add", target=target, content=entry)["success"]
+            for sid, uid, user, assistant in SEED_TURNS:
+                m.builtin.index.add_turn(sid, user, assistant, user_id=None)
+            s2 = m.start_session("ask")
+            got = []
+            for q in TOOL_QUERIES:
+                results = call(s2, "session_search", query=q, limit=6)["results"]
+                got.append([(r["kind"], r["text"], round(r["score"], 6)) for r in results])
+            answers.append(got)
+    assert sum(1 for a in answers[0] if a) >= 8
+    assert answers[1] == answers[0]
