@@ -56,6 +56,7 @@ Example (needs a server)::
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import math
@@ -64,6 +65,7 @@ import threading
 import time
 import unicodedata
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -93,6 +95,10 @@ MAX_INDEXED_CHARS = 200_000
 BM25_K1, BM25_B = 1.2, 0.75
 #: Advisory lock class for migrations (the second key is the schema name's hash).
 _MIGRATION_LOCK_CLASS = 0x1E3E
+#: Advisory lock class that hands out turn ids in commit order (see PostgresIndex._order_lock).
+_TURN_ORDER_LOCK_CLASS = 0x1E3F
+#: Candidate lists kept per process between searches, in turn ids (as the SQLite index does).
+CANDIDATE_CACHE_IDS = 200_000
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NON_WORD = re.compile(r"[\W_]+")
@@ -545,6 +551,10 @@ class PostgresIndex:
         self.scope = scope
         self._s = storage.schema
         self._cfg = storage._cfg
+        self._cache_lock = threading.Lock()
+        # tsquery -> (ids, upto, complete): its newest matching turns among the turns up to id ``upto``.
+        self._cache: OrderedDict[str, tuple[set[int], int, bool]] = OrderedDict()
+        self._cached_ids = 0
 
     # -- turns ------------------------------------------------------------------------------------
     def add_turn(self, session_id: str, user: str, assistant: str, *, user_id: str | None,
@@ -557,15 +567,18 @@ class PostgresIndex:
         s = self._s
 
         def insert(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(
-                f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
-                f"VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('{self._cfg}'::regconfig, %s)) "
-                "ON CONFLICT (turn_key) DO NOTHING RETURNING id",
-                (key, session_id, user_id, ts, user, assistant, terms),
-            ).fetchone()
-            if row is None:  # an earlier attempt landed before its connection broke
-                row = conn.execute(f"SELECT id FROM {s}.turns WHERE turn_key = %s", (key,)).fetchone()
-            return int(row[0])
+            with conn.transaction():
+                self._order_lock(conn)
+                row = conn.execute(
+                    f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
+                    f"VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('{self._cfg}'::regconfig, %s)) "
+                    "ON CONFLICT (turn_key) DO NOTHING RETURNING id",
+                    (key, session_id, user_id, ts, user, assistant, terms),
+                ).fetchone()
+                if row is None:  # an earlier attempt landed before its connection broke
+                    row = conn.execute(f"SELECT id FROM {s}.turns WHERE turn_key = %s", (key,)).fetchone()
+                assert row is not None
+                return int(row[0])
 
         return self.storage.run("indexing a turn", insert, written="The turn was not stored.")
 
@@ -590,6 +603,7 @@ class PostgresIndex:
                     ) as copy:
                         for row in chunk:
                             copy.write_row(row)
+                    self._order_lock(conn)
                     conn.execute(
                         f"INSERT INTO {s}.turns(session_id, user_id, ts, user_text, assistant_text, terms) "
                         f"SELECT session_id, user_id, ts, user_text, assistant_text, "
@@ -609,6 +623,13 @@ class PostgresIndex:
             flush(pending)
         self.storage.run("analyzing turns", lambda conn: conn.execute(f"ANALYZE {s}.turns"), written="")
 
+    def _order_lock(self, conn: psycopg.Connection[Any]) -> None:
+        """Take the turn-order lock (held to commit): turn ids are then handed out in commit order, so a reader
+        that has seen turn N has seen every turn below N, and its cached candidate lists stay exact when it
+        only reads the turns above N later. Costs one round trip; inserts of turns are serialized (each holds
+        the lock for about a millisecond), which is far above the rate at which agents finish turns."""
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_TURN_ORDER_LOCK_CLASS, self._s))
+
     def turn_count(self, session_id: str | None = None) -> int:
         s = self._s
 
@@ -625,7 +646,11 @@ class PostgresIndex:
         """Nothing to do: entries are indexed in the same transaction that writes them."""
 
     def clear_caches(self) -> None:
-        """Nothing to clear: the server's buffer cache is the only cache."""
+        """Forget the candidate lists kept between searches (benchmarks of cold searches; never needed for
+        correctness: turn ids are handed out in commit order, so a list only has to read the turns above it)."""
+        with self._cache_lock:
+            self._cache.clear()
+            self._cached_ids = 0
 
     def close(self) -> None:
         self.storage.close()
@@ -725,12 +750,12 @@ class PostgresIndex:
                     probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), i))
             probed.sort()
             tsqueries = [tsqueries[i] for _, i in probed[:MAX_RANKED_TERMS]]
-        lists = self._lists(conn, tsqueries, CANDIDATE_CAP, summary=False)
+        lists = self._candidates(conn, tsqueries, newest)
         terms: list[tuple[float, str, bool, list[int]]] = []  # (idf, tsquery, capped, candidate ids)
-        for q, ids in zip(tsqueries, lists):
+        for q, (ids, complete) in zip(tsqueries, lists):
             if not ids:
                 continue
-            capped = len(ids) >= CANDIDATE_CAP
+            capped = not complete
             df = _estimate_df(len(ids), min(ids), capped, newest)
             terms.append((_idf(df, newest), q, capped, list(ids)))
         if not terms:
@@ -738,8 +763,7 @@ class PostgresIndex:
         # Turns holding several common words at once, even if older than each word's own cap.
         capped_terms = sorted((i for i, t in enumerate(terms) if t[2]), key=lambda i: -terms[i][0])[:AND_TERMS]
         if len(capped_terms) >= 2:
-            both = self._lists(conn, [" & ".join(f"({terms[i][1]})" for i in capped_terms)], CANDIDATE_CAP,
-                               summary=False)[0]
+            both = self._candidates(conn, [" & ".join(f"({terms[i][1]})" for i in capped_terms)], newest)[0][0]
             for i in capped_terms:
                 terms[i][3].extend(both)
         ids: list[int] = []
@@ -775,7 +799,49 @@ class PostgresIndex:
             for _, sid, uid, ts, u, a, score in rows
         ]
 
-    def _lists(self, conn: psycopg.Connection[Any], tsqueries: list[str], cap: int, *, summary: bool) -> list[Any]:
+    def _candidates(
+        self, conn: psycopg.Connection[Any], tsqueries: list[str], newest: int
+    ) -> list[tuple[list[int], bool]]:
+        """Per tsquery, its newest matching turns (about ``CANDIDATE_CAP``), from the per-process cache when
+        possible: a cached list is brought up to date by reading only the matches above the turn it reached."""
+        with self._cache_lock:
+            known = {q: self._cache.get(q) for q in tsqueries}
+        fresh_q = [q for q in tsqueries if known[q] is None or known[q][1] > newest]  # type: ignore[index]
+        stale_q = [q for q in tsqueries if q not in fresh_q and known[q][1] < newest]  # type: ignore[index]
+        fetched = self._lists(conn, fresh_q + stale_q, CANDIDATE_CAP, summary=False,
+                              above=[0] * len(fresh_q) + [known[q][1] for q in stale_q])  # type: ignore[index]
+        got = dict(zip(fresh_q + stale_q, fetched))
+        out: list[tuple[list[int], bool]] = []  # (ids newest first, complete)
+        with self._cache_lock:
+            for q in tsqueries:
+                if q in fresh_q:
+                    ids = set(got[q])
+                    entry = (ids, newest, len(ids) < CANDIDATE_CAP)
+                elif q in stale_q:
+                    old_ids, _, complete = known[q]  # type: ignore[misc]
+                    new_ids = set(got[q])
+                    if len(new_ids) >= CANDIDATE_CAP:  # the new turns alone fill the list
+                        entry = (new_ids, newest, False)
+                    else:
+                        ids = old_ids | new_ids
+                        if len(ids) > 2 * CANDIDATE_CAP:
+                            ids, complete = set(heapq.nlargest(CANDIDATE_CAP, ids)), False
+                        entry = (ids, newest, complete)
+                else:
+                    entry = known[q]  # type: ignore[assignment]
+                previous = self._cache.pop(q, None)
+                if previous is not None:
+                    self._cached_ids -= len(previous[0])
+                self._cache[q] = entry
+                self._cached_ids += len(entry[0])
+                out.append((sorted(entry[0], reverse=True), entry[2]))
+            while self._cached_ids > CANDIDATE_CACHE_IDS and len(self._cache) > 1:
+                _, evicted = self._cache.popitem(last=False)
+                self._cached_ids -= len(evicted[0])
+        return out
+
+    def _lists(self, conn: psycopg.Connection[Any], tsqueries: list[str], cap: int, *, summary: bool,
+               above: list[int] | None = None) -> list[Any]:
         """Per tsquery, its ``cap`` newest matching turn ids (or ``(count, oldest id)`` with ``summary``).
 
         One statement; each branch has its tsquery as a constant, so the planner picks per word between a
@@ -784,9 +850,14 @@ class PostgresIndex:
         s = self._s
         branches = []
         params: list[Any] = []
+        if not tsqueries:
+            return []
         for i, q in enumerate(tsqueries):
+            floor = above[i] if above else 0
             branches.append(
-                f"(SELECT {i} AS i, id FROM {s}.turns WHERE terms @@ %s::tsquery ORDER BY id DESC LIMIT {int(cap)})"
+                f"(SELECT {i} AS i, id FROM {s}.turns WHERE terms @@ %s::tsquery"
+                + (f" AND id > {int(floor)}" if floor else "")
+                + f" ORDER BY id DESC LIMIT {int(cap)})"
             )
             params.append(q)
         agg = "count(*), min(id)" if summary else "array_agg(id)"
