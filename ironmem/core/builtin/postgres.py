@@ -40,6 +40,10 @@ last character (:func:`~ironmem.core.builtin.index.cjk_terms`), Latin diacritics
 becomes spaces, so words split exactly as FTS5's ``unicode61`` tokenizer splits them. Queries are built from
 the same clauses as the SQLite index (:func:`~ironmem.core.builtin.index.query_clauses`).
 
+Turn ids are handed out in commit order (each turn insert takes a transaction-level advisory lock before its id
+is drawn), so a process that has seen turn N has seen every turn below N. Candidate lists are therefore cached per
+process, like the SQLite index does, and caught up by reading only the matches above the turn they reached.
+
 Turn ranking is BM25 over bounded candidates: each query word contributes at most its ``CANDIDATE_CAP`` newest
 matching turns (an index scan that stops early for a common word, a GIN lookup for a rare one), its document
 frequency is read from that list (extrapolated from how far back the list reaches when it is capped), and a
