@@ -14,6 +14,7 @@ from typing import Any
 
 from .budget import DEFAULT_TOOL_BUDGET, ToolBudget, measure_tools, select_tools
 from .builtin import BuiltinMemoryProvider
+from .builtin.storage import MemoryStorage
 from .builtin.store import format_usage
 from .errors import (
     ArgumentTypeError,
@@ -75,6 +76,7 @@ class MemoryManager:
         user_profile_enabled: bool = True,
         memory_per_user: bool = False,
         tool_budget: int = DEFAULT_TOOL_BUDGET,
+        storage: str | MemoryStorage | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -99,6 +101,7 @@ class MemoryManager:
             user_char_limit=user_char_limit,
             memory_enabled=memory_enabled,
             user_profile_enabled=user_profile_enabled,
+            storage=storage,
         )
         self.builtin.add_write_listener(self._mirror_write)
         self.external: MemoryProvider | None = None
@@ -378,6 +381,7 @@ class MemoryManager:
             providers.append(entry)
         return {
             "home": str(self.home),
+            "storage": self.builtin.storage.describe(),
             "providers": providers,
             "files": files,
             "users": self.builtin.known_scopes(),
