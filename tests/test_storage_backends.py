@@ -410,3 +410,23 @@ def test_session_search_tool_gives_the_same_json_on_both_backends(home: Path, tm
             answers.append(got)
     assert sum(1 for a in answers[0] if a) >= 8
     assert answers[1] == answers[0]
+
+
+def test_file_storage_uses_the_providers_scope_layout_and_keeps_hand_edits(home: Path) -> None:
+    """FileStorage and the built-in provider agree on where a user's files live, and a direct transact keeps
+    text added by hand (as its own entry, with a .bak copy) like the provider does."""
+    provider = BuiltinMemoryProvider(home)
+    storage = FileStorage(home)
+    try:
+        storage.transact("ada", ["user"], lambda cur: {"user": ["Name: Ada"]})
+        assert (provider.scope_dir("ada") / "USER.md").read_text(encoding="utf-8") == "Name: Ada"
+        assert provider.state("user", "ada").entries == ("Name: Ada",)
+        path = home / "MEMORY.md"
+        storage.transact("", ["memory"], lambda cur: {"memory": ["one"]})
+        path.write_text("one\ntyped by hand", encoding="utf-8")
+        out = storage.transact("", ["memory"], lambda cur: {"memory": [*cur["memory"].entries, "two"]})
+        assert "two" in out["memory"].entries and any("typed by hand" in e for e in out["memory"].entries)
+        assert list(home.glob("MEMORY.md.bak*"))
+    finally:
+        storage.close()
+        provider.shutdown()
