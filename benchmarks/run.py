@@ -24,6 +24,10 @@ Benchmarks:
                   fence and a literal-tag peer, and sanitize/fence CPU time on 1 MB of hostile text (fence_bench.py)
   recall_quality  recall@3/5/10 of evidence turns per method (prefetch, session_search, bm25s, MiniLM dense,
                   hybrid) and per question type, plus fence tokens per turn (recall_quality.py)
+
+Optional (not in the default run; add ``--with-postgres`` or name it in ``--only``):
+  postgres_bench  PostgreSQL storage vs SQLite vs LangGraph's PostgresStore: session_search and per-turn p50/p95
+                  at 100k turns (starts its own throwaway PostgreSQL cluster; postgres_bench.py)
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json
 
 BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
               "fence_bench", "recall_quality"]
+OPTIONAL = ["postgres_bench"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
@@ -50,7 +55,7 @@ def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
     if not script.exists():
         return None
     cmd = [sys.executable, str(script)]
-    if name in ("turn_overhead", "search_latency", "micro", "recall_quality"):
+    if name in ("turn_overhead", "search_latency", "micro", "recall_quality", "postgres_bench"):
         if quick:
             cmd.append("--quick")
         if no_cache and name == "search_latency":
@@ -193,6 +198,11 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         lines += ["Recall targets", table(["target", "status", "measured"],
                                           [[n, "MET" if ok else "MISSED", v] for n, ok, v in checks]), ""]
         figures["recall_quality"]["targets"] = {n: ok for n, ok, _ in checks}
+    pg = _load("postgres_bench") if runs.get("postgres_bench", {}).get("ok") else None
+    if pg and pg.get("table"):
+        lines += ["PostgreSQL storage vs SQLite vs LangGraph PostgresStore (postgres_bench)", pg["table"], ""]
+    elif pg and pg.get("skipped"):
+        lines += [f"postgres_bench skipped: {pg['skipped']}", ""]
 
     targets: list[list[str]] = []
     for bench in ("turn_overhead", "search_latency", "fence_bench"):
@@ -212,13 +222,16 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer turns (about 1-2 minutes)")
-    ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS + OPTIONAL)}")
+    ap.add_argument("--with-postgres", action="store_true", help="also run postgres_bench (optional section)")
     ap.add_argument("--no-cache", action="store_true", help="build the search databases from scratch")
     args = ap.parse_args()
-    wanted = args.only.split(",") if args.only else BENCHMARKS
-    unknown = [w for w in wanted if w not in BENCHMARKS]
+    wanted = args.only.split(",") if args.only else list(BENCHMARKS)
+    if args.with_postgres and "postgres_bench" not in wanted:
+        wanted.append("postgres_bench")
+    unknown = [w for w in wanted if w not in BENCHMARKS + OPTIONAL]
     if unknown:
-        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS + OPTIONAL)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()

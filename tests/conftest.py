@@ -65,3 +65,25 @@ def manager(home: Path) -> Iterator[MemoryManager]:
 
 # The real local memory servers (Hindsight, OpenViking, the MiniLM embedder): session-scoped, started on first use.
 from conftest_servers import embedding_server, hindsight_server, openviking_server  # noqa: F401
+
+
+# -- PostgreSQL: one throwaway cluster per test session (ironmem.testing.postgres), a fresh database per test ----
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[object]:
+    from ironmem.testing.postgres import PostgresCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"PostgreSQL tests skipped: {reason}")
+    cluster = PostgresCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: object) -> Iterator[str]:
+    url = pg_cluster.create_database()  # type: ignore[attr-defined]
+    yield url
+    pg_cluster.drop_database(url)  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       prefetch_timeout: 3.0
       strict: false
       tool_budget: 600          # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
+      storage: files            # or postgresql://user:pass@host/db (one memory shared by many machines)
       provider: local_vector    # optional: the ONE external provider (rule 1)
     local_vector:               # that provider's own settings
       embedder: my_project.embeddings:embedder
@@ -125,6 +126,9 @@ class MemorySettings(BaseModel):
     tool_budget: int = Field(
         DEFAULT_TOOL_BUDGET, ge=0,
         description="Tokens the external provider's exposed tool schemas may cost (o200k_base, OpenAI format)",
+    )
+    storage: str | None = Field(
+        None, description="Where entries and turns live: 'files' (default) or a postgresql:// URL"
     )
 
 
@@ -527,6 +531,7 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
         tool_budget=settings.tool_budget,
         recall_budget=settings.recall_budget,
         embeddings=settings.embeddings,
+        storage=settings.storage,
     )
     if provider is not None:
         reason = ""

@@ -86,3 +86,7 @@ class ExternalServiceError(IronMemError):
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
+
+
+class StorageError(MemoryFileError):
+    """The memory storage (files or a database) cannot be used; the message says whether anything was written."""

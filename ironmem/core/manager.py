@@ -14,6 +14,7 @@ from typing import Any
 
 from .budget import DEFAULT_TOOL_BUDGET, ToolBudget, measure_tools, select_tools
 from .builtin import BuiltinMemoryProvider
+from .builtin.storage import MemoryStorage
 from .builtin.store import format_usage
 from .errors import (
     ArgumentTypeError,
@@ -78,6 +79,7 @@ class MemoryManager:
         tool_budget: int = DEFAULT_TOOL_BUDGET,
         recall_budget: RecallBudget | int | None = None,
         embeddings: Any = None,
+        storage: str | MemoryStorage | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -104,10 +106,15 @@ class MemoryManager:
             user_char_limit=user_char_limit,
             memory_enabled=memory_enabled,
             user_profile_enabled=user_profile_enabled,
+            storage=storage,
         )
         self.builtin.add_write_listener(self._mirror_write)
         if embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
-            self.builtin.index.enable_vectors(embeddings)
+            enable = getattr(self.builtin.index, "enable_vectors", None)
+            if enable is None:
+                log.warning("hybrid recall needs the files + SQLite storage; this storage recalls lexically")
+            else:
+                enable(embeddings)
         self.external: MemoryProvider | None = None
         self._health: dict[str, ProviderHealth] = {"builtin": ProviderHealth("builtin", "builtin")}
         self._guard: Guard | None = None
@@ -301,6 +308,12 @@ class MemoryManager:
         )
 
     # -- status ---------------------------------------------------------------------------------
+    def _recall_status(self) -> dict[str, Any]:
+        status = getattr(self.builtin.index, "recall_status", None)
+        if status is None:
+            return {"mode": "lexical", "reason": "hybrid recall runs on the files + SQLite storage only"}
+        return dict(status())
+
     def remove_entry(self, target: str, number: int, *, backup: bool = True) -> tuple[str, Path | None]:
         """Remove entry ``number`` (1-based, in file order, as ``ironmem show`` lists it) of ``target``
         (``memory`` or ``user``). With ``backup``, a copy of the file as it was is kept beside it first.
@@ -385,12 +398,13 @@ class MemoryManager:
             providers.append(entry)
         return {
             "home": str(self.home),
+            "storage": self.builtin.storage.describe(),
             "providers": providers,
             "files": files,
             "users": self.builtin.known_scopes(),
             "turns_indexed": self.builtin.index.turn_count(),
             "recall": {"budget_items": self.recall_budget.items, "budget_tokens": self.recall_budget.tokens,
-                       **self.builtin.index.recall_status()},
+                       **self._recall_status()},
             "snapshot_hash": self.render_snapshot(scopes=scopes).hash,
             "tool_budget": self.tool_budget_status(),
         }

@@ -17,6 +17,7 @@ from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
 from .index import SearchIndex
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
+from .storage import EntryFile, FileStorage, MemoryStorage, TurnIndex, open_storage
 from .store import FileState, MemoryFile, format_usage
 from .tools import (
     MEMORY_TOOL,
@@ -96,6 +97,7 @@ class BuiltinMemoryProvider(MemoryProvider):
         user_char_limit: int = 1375,
         memory_enabled: bool = True,
         user_profile_enabled: bool = True,
+        storage: str | MemoryStorage | None = None,
     ) -> None:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True)
@@ -103,11 +105,16 @@ class BuiltinMemoryProvider(MemoryProvider):
         self.state_dir.mkdir(exist_ok=True)
         self.limits = {"memory": memory_char_limit, "user": user_char_limit}
         self.enabled = {"memory": bool(memory_enabled), "user": bool(user_profile_enabled)}
+        #: Where entries and turns live: files + SQLite (the default) or PostgreSQL (``storage="postgresql://..."``).
+        #: With files, the file code of this class runs (scopes, hand edits, drift backups, Hermes locks); with a
+        #: database, writes go through :meth:`MemoryStorage.transact` keyed by the same (scope, target) pairs.
+        self.storage: MemoryStorage = open_storage(storage, home=self.home)
+        self._db: MemoryStorage | None = None if isinstance(self.storage, FileStorage) else self.storage
         self._files: dict[tuple[str, str], MemoryFile] = {}
         self._files_lock = threading.Lock()
         #: The default scope's files (Hermes's paths), kept as a plain dict for callers and tools.
-        self.files = {target: self.file(target) for target in TARGETS}
-        self.index = SearchIndex(self.state_dir / "search.db")
+        self.files: dict[str, Any] = {target: self.file(target) for target in TARGETS}
+        self.index: SearchIndex | TurnIndex = self.storage.index
         self._listeners: list[WriteListener] = []
         self._warned_over: set[tuple[str, int]] = set()
 
@@ -117,11 +124,14 @@ class BuiltinMemoryProvider(MemoryProvider):
         scope = normalize_scope(scope)
         return self.home if scope == DEFAULT_SCOPE else self.home / USERS_DIR / scope_folder(scope)
 
-    def file(self, target: str, scope: str = DEFAULT_SCOPE) -> MemoryFile:
-        """The :class:`MemoryFile` of ``(scope, target)``."""
+    def file(self, target: str, scope: str = DEFAULT_SCOPE) -> Any:
+        """The :class:`MemoryFile` of ``(scope, target)`` (an :class:`EntryFile` reader with a database)."""
         if target not in TARGETS:
             raise ValueError(f"target must be 'memory' or 'user', got {target!r}")
         scope = normalize_scope(scope)
+        if self._db is not None:
+            entry_file: EntryFile = self._db.entry_file(scope, target, limit=self.limits[target])
+            return entry_file
         key = (scope, target)
         with self._files_lock:
             found = self._files.get(key)
@@ -139,7 +149,10 @@ class BuiltinMemoryProvider(MemoryProvider):
         return {"memory": scope if memory_per_user else DEFAULT_SCOPE, "user": scope}
 
     def known_scopes(self) -> list[str]:
-        """Every user scope that has a folder (read from ``users/*/.ironmem/scope.json``)."""
+        """Every user scope that has a folder (read from ``users/*/.ironmem/scope.json``) or database rows."""
+        if self._db is not None:
+            listed = getattr(self._db, "scopes", None)
+            return list(listed()) if callable(listed) else []
         out: list[str] = []
         for marker in sorted((self.home / USERS_DIR).glob("*/.ironmem/scope.json")):
             try:
@@ -190,6 +203,11 @@ class BuiltinMemoryProvider(MemoryProvider):
         """The file's current entries (read from disk) and keep the search index in step with them."""
         memory_file = self.file(target, scope)
         state = memory_file.read()
+        if self._db is not None:  # the database indexes entries in the transaction that writes them
+            if state.chars > self.limits[target]:
+                log.warning("%s of scope %r exceeds its limit: %s chars of %s", FILE_NAMES[target], scope,
+                            f"{state.chars:,}", f"{self.limits[target]:,}")
+            return state
         if state.corrupt:
             log.error("%s; a copy is at %s", state.corrupt, state.backup)
             return state
@@ -266,6 +284,8 @@ class BuiltinMemoryProvider(MemoryProvider):
                         "shown to the model in every future session, so it must not contain instructions, hidden "
                         "text, secrets or links that send data out. Rephrase it as a plain fact; nothing was written"
                     )
+        if self._db is not None:
+            return self._apply_db(self._db, operations, scopes, targets, batch=batch)
         files = {t: self.file(t, scopes[t]) for t in targets}
         backups: dict[str, Path] = {}
         with ExitStack() as stack:
@@ -301,14 +321,37 @@ class BuiltinMemoryProvider(MemoryProvider):
                     new_states[target] = state
         for target, state in new_states.items():
             self.index.sync_entries(self.index_key(target, scopes[target]), state.entries)
+        self._notify(changed)
+        hand = {t: s.hand_edits for t, s in current.items() if s.hand_edits}
+        return WriteOutcome(new_states, replaced, hand, backups)
+
+    def _notify(self, changed: list[tuple[str, str, str]]) -> None:
         for action, target, content in changed:
             for listener in self._listeners:
                 try:
                     listener(action, target, content)
                 except Exception:  # a listener must never undo or fail a write that landed
                     log.exception("memory write listener failed")
-        hand = {t: s.hand_edits for t, s in current.items() if s.hand_edits}
-        return WriteOutcome(new_states, replaced, hand, backups)
+
+    def _apply_db(
+        self, db: MemoryStorage, operations: list[Operation], scopes: dict[str, str], targets: list[str], *,
+        batch: bool,
+    ) -> WriteOutcome:
+        """The database path of :meth:`apply_detailed`: one transaction over every (scope, target) touched,
+        the plan (and the limits) computed under the database's row locks, nothing stored when it raises."""
+        planned: dict[str, Any] = {}
+
+        def change(current: dict[str, FileState]) -> dict[str, list[str]]:
+            # May run again after a lost connection: keep only the last attempt's side results.
+            entries, changed, replaced = self._plan(operations, current, batch=batch)
+            planned.update(changed=changed, replaced=replaced)
+            return entries
+
+        record = [{"action": op.action, "target": op.target, "content": op.content, "old_text": op.old_text,
+                   "scope": scopes[op.target]} for op in operations]
+        new_states = db.transact_scoped({t: scopes[t] for t in targets}, change, record=record)
+        self._notify(planned.get("changed", []))
+        return WriteOutcome(new_states, planned.get("replaced", {}))
 
     def _plan(
         self, operations: list[Operation], current: dict[str, FileState], *, batch: bool
@@ -410,6 +453,11 @@ class BuiltinMemoryProvider(MemoryProvider):
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
             return _result(success=False, error="'limit' must be an integer from 1 to 20")
         scopes = {t: normalize_scope((scopes or {}).get(t)) for t in TARGETS}
+        if self._db is not None:
+            found = self.index.search(query, limit=limit, user_id=user_id, drop_stopwords=False,  # type: ignore[call-arg]
+                                      entry_scopes=scopes)
+            return _result(success=True, query=query,
+                           results=[dataclasses.replace(h, text=_clip_hit(h.text)).to_dict() for h in found])
         keys = {self.index_key(t, scopes[t]): t for t in TARGETS}
         hits = self.index.search(query, limit=limit, kinds=(*keys, "turn"), user_id=user_id, drop_stopwords=False)
         results = [
@@ -418,4 +466,4 @@ class BuiltinMemoryProvider(MemoryProvider):
         return _result(success=True, query=query, results=results)
 
     def shutdown(self) -> None:
-        self.index.close()
+        self.storage.close()

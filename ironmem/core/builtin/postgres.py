@@ -1,0 +1,918 @@
+"""PostgreSQL storage: one memory shared by agents on many machines (``storage: postgresql://...``).
+
+Needs ``pip install 'ironmem[postgres]'`` (psycopg 3 and psycopg_pool). Tables live in their own schema
+(``ironmem`` by default; ``?ironmem_schema=name`` in the URL or ``schema=`` picks another, so several memories
+can share one database).
+
+Writes: row locks, not advisory locks
+-------------------------------------
+Every (scope, target) has one row in ``docs``. A write runs in one transaction (READ COMMITTED):
+
+1. ``INSERT ... ON CONFLICT DO NOTHING`` creates the rows it needs, then ``SELECT ... FOR UPDATE`` locks them,
+   always in target order (a batch over ``memory`` and ``user`` locks ``memory`` first), so two batches cannot
+   deadlock;
+2. it reads the entries after the lock is granted (in READ COMMITTED every statement sees what was committed
+   before it started, so the read includes the write that held the lock before us), applies the operations and
+   checks the character limits (under the lock), rewrites that target's entry rows, bumps ``docs.version``;
+3. it appends one row to ``writes`` (the write log: a sequence number drawn after the locks, the
+   transaction id, the operations) and commits.
+
+Writes to one (scope, target) are thus serialized, and the order of ``writes.seq`` is a valid serial order
+(two writes that share a row get their numbers in lock order; writes that share no row commute). Row locks
+were chosen over ``pg_advisory_xact_lock`` because (a) the lock lives on the data it protects, so anything that
+edits the rows by hand with ``UPDATE`` also waits; (b) there is no hashing of (scope, target) into a 64-bit
+key, so no collisions between unrelated users and no key space to coordinate with other applications that use
+advisory locks in the same database; (c) it costs nothing extra: the write updates the row anyway. Both kinds
+are released when the transaction ends or the backend dies, so a killed connection never leaves a lock behind.
+
+Lost connections: a write is retried (new connection, same write id) until ``retry_for`` seconds have passed.
+The retry takes the locks first and then looks for its write id in the write log, so a write whose COMMIT
+reached the server just before the connection broke is never applied twice. Turns carry a unique key for the
+same reason. When the server stays unreachable the caller gets a :class:`~ironmem.core.errors.StorageError`
+saying so; nothing is half-applied (one transaction per write).
+
+Search: the same ranking idea as the SQLite index
+--------------------------------------------------
+Text is indexed as ``to_tsvector`` under an ironmem text-search configuration: PostgreSQL's ``english``
+configuration with its Snowball stemmer but no stop-word list (SQLite's FTS5 keeps every word too, and
+``session_search`` must find "The Who"). Before indexing, CJK runs become overlapping bigrams plus the run's
+last character (:func:`~ironmem.core.builtin.index.cjk_terms`), Latin diacritics are removed and punctuation
+becomes spaces, so words split exactly as FTS5's ``unicode61`` tokenizer splits them. Queries are built from
+the same clauses as the SQLite index (:func:`~ironmem.core.builtin.index.query_clauses`).
+
+Turn ids are handed out in commit order (each turn insert takes a transaction-level advisory lock before its id
+is drawn), so a process that has seen turn N has seen every turn below N. Candidate lists are therefore cached per
+process, like the SQLite index does, and caught up by reading only the matches above the turn they reached.
+
+Turn ranking is BM25 over bounded candidates: each query word contributes at most its ``CANDIDATE_CAP`` newest
+matching turns (an index scan that stops early for a common word, a GIN lookup for a rare one), its document
+frequency is read from that list (extrapolated from how far back the list reaches when it is capped), and a
+turn scores the summed IDF of the words it holds, newest first on ties. That is BM25 with ``k1 = 0`` (no
+term-frequency saturation, no length normalisation), exactly what the SQLite index computes, so both backends
+return the same turns in the same order; the sum is computed in SQL over the candidates only. Entries are
+few per scope: they are ranked with FTS5's BM25 formula (k1 = 1.2, b = 0.75) over the scope's entries.
+
+Example (needs a server)::
+
+    storage = PostgresStorage("postgresql://app@db.internal/agents")
+    manager = MemoryManager(home="~/.ironmem", storage=storage)   # or storage="postgresql://..."
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import math
+import re
+import threading
+import time
+import unicodedata
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import StorageError
+from .index import CANDIDATE_CAP, SearchHit, cjk_terms, query_clauses
+from .storage import Change, MemoryStorage
+from .store import FileState, render_entries
+
+if TYPE_CHECKING:  # pragma: no cover
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["PostgresStorage", "PostgresIndex", "MIGRATIONS", "SCHEMA_VERSION"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Mirrors of the SQLite index's bounds (ironmem.core.builtin.index), so both rank the same candidates.
+PROBE_ROWS = 128
+AND_TERMS = 3
+MAX_RANKED_TERMS = 8
+#: Only this many characters of a turn are indexed (a tsvector holds at most 1 MB); the whole turn is stored.
+MAX_INDEXED_CHARS = 200_000
+#: FTS5's bm25() constants, used for entries.
+BM25_K1, BM25_B = 1.2, 0.75
+#: Advisory lock class for migrations (the second key is the schema name's hash).
+_MIGRATION_LOCK_CLASS = 0x1E3E
+#: Advisory lock class that hands out turn ids in commit order (see PostgresIndex._order_lock).
+_TURN_ORDER_LOCK_CLASS = 0x1E3F
+#: Candidate lists kept per process between searches, in turn ids (as the SQLite index does).
+CANDIDATE_CACHE_IDS = 200_000
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_NON_WORD = re.compile(r"[\W_]+")
+_LATIN_MARKS = re.compile("[\u0300-\u036f]+")
+
+
+# -- migrations ----------------------------------------------------------------------------------
+#: (version, name, SQL). Append only; ``{s}`` is the schema, ``{cfg}`` the text-search configuration.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "entries, write log, turns, text search",
+        """
+        CREATE TEXT SEARCH DICTIONARY {s}.english_stem (TEMPLATE = pg_catalog.snowball, Language = english);
+        CREATE TEXT SEARCH CONFIGURATION {cfg} (COPY = pg_catalog.english);
+        ALTER TEXT SEARCH CONFIGURATION {cfg}
+            ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part WITH {s}.english_stem;
+        CREATE TABLE {s}.docs (
+            scope text NOT NULL,
+            target text NOT NULL,
+            version bigint NOT NULL DEFAULT 0,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (scope, target)
+        );
+        CREATE TABLE {s}.entries (
+            scope text NOT NULL,
+            target text NOT NULL,
+            pos integer NOT NULL,
+            text text NOT NULL,
+            nterms integer NOT NULL,
+            terms tsvector NOT NULL,
+            PRIMARY KEY (scope, target, pos)
+        );
+        CREATE TABLE {s}.writes (
+            seq bigserial PRIMARY KEY,
+            write_id uuid NOT NULL UNIQUE,
+            scope text NOT NULL,
+            targets text[] NOT NULL,
+            versions bigint[] NOT NULL,
+            ops jsonb,
+            xact xid8 NOT NULL DEFAULT pg_current_xact_id(),
+            at timestamptz NOT NULL DEFAULT clock_timestamp()
+        );
+        CREATE TABLE {s}.turns (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            turn_key uuid UNIQUE,
+            session_id text NOT NULL,
+            user_id text,
+            ts double precision NOT NULL,
+            user_text text NOT NULL,
+            assistant_text text NOT NULL,
+            terms tsvector NOT NULL
+        );
+        CREATE INDEX turns_terms ON {s}.turns USING gin (terms);
+        CREATE INDEX turns_session ON {s}.turns (session_id);
+        """,
+    ),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def normalize_terms(text: str) -> str:
+    """Text as the index sees it: CJK bigrams, Latin diacritics removed, punctuation turned into spaces."""
+    return _plain_words(cjk_terms(text))
+
+
+def _plain_words(text: str) -> str:
+    """Latin diacritics removed and punctuation turned into spaces (FTS5 unicode61's word split)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", _LATIN_MARKS.sub("", unicodedata.normalize("NFD", text)))
+    return _NON_WORD.sub(" ", text).strip()
+
+
+def _token_count(terms: str) -> int:
+    return len(terms.split())
+
+
+def _clause_parts(clause: str) -> tuple[str, str]:
+    """An FTS5 clause of :func:`query_clauses` as (kind, text): ``"w"`` word, ``"p"`` phrase, ``"x"`` prefix."""
+    prefix = clause.endswith("*")
+    body = clause[:-1] if prefix else clause
+    if len(body) >= 2 and body[0] == '"' and body[-1] == '"':
+        body = body[1:-1].replace('""', '"')
+    text = _plain_words(body)  # already split into CJK bigrams by query_clauses
+    if prefix:
+        return "x", text
+    return ("p" if " " in text else "w"), text
+
+
+def _estimate_df(found: int, oldest: int, capped: bool, newest: int) -> float:
+    if not capped:
+        return float(found)
+    return min(float(newest), found * newest / max(1, newest - oldest + 1))
+
+
+def _idf(df: float, newest: int) -> float:
+    return math.log(1.0 + (newest - df + 0.5) / (df + 0.5))
+
+
+def _split_url(url: str) -> tuple[str, str | None]:
+    """The URL without ironmem's own query parameter, and that parameter (the schema) if given."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = None
+    kept = []
+    for key, value in query:
+        if key == "ironmem_schema":
+            schema = value
+        else:
+            kept.append((key, value))
+    scheme = "postgresql" if parts.scheme.startswith("postgres") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment)), schema
+
+
+def _require_psycopg() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StorageError(
+            "PostgreSQL storage needs psycopg 3 and psycopg_pool: pip install 'ironmem[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+class PostgresStorage(MemoryStorage):
+    """Entries, write log and turn index in PostgreSQL, shared by every process that opens the same URL.
+
+    ``retry_for`` is how long a call keeps retrying after a lost connection (a server restart, a killed
+    backend) before it raises :class:`~ironmem.core.errors.StorageError`. ``pool_size`` bounds the connections
+    one process keeps.
+
+    Example (needs a server)::
+
+        >>> storage = PostgresStorage("postgresql://postgres@127.0.0.1:5432/postgres")  # doctest: +SKIP
+        >>> storage.read("", "memory").entries  # doctest: +SKIP
+        ()
+    """
+
+    kind = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 4,
+        retry_for: float = 15.0,
+        connect_timeout: float = 5.0,
+        migrate: bool = True,
+    ) -> None:
+        psycopg, psycopg_pool = _require_psycopg()
+        self._psycopg = psycopg
+        conninfo, url_schema = _split_url(url)
+        schema = schema or url_schema or "ironmem"
+        if not _SCHEMA_NAME.match(schema):
+            raise StorageError(
+                f"invalid PostgreSQL schema name {schema!r} for ironmem: use lowercase letters, digits and _ "
+                "(at most 63 characters, not starting with a digit)"
+            )
+        self.schema = schema
+        self._cfg = f"{schema}.english"
+        self.retry_for = float(retry_for)
+        self.connect_timeout = float(connect_timeout)
+        self._conninfo = conninfo
+        try:
+            params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise StorageError(f"invalid PostgreSQL URL: {exc}") from None
+        self._where = (
+            f"postgresql://{params.get('user') or ''}{'@' if params.get('user') else ''}"
+            f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+        )
+        self._kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": None,  # custom plans: the best plan depends on how common a search word is
+            "connect_timeout": max(1, int(math.ceil(self.connect_timeout))),
+            "application_name": "ironmem",
+        }
+        if migrate:
+            self.migrate()
+        self._pool_size = max(1, int(pool_size))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pool: ConnectionPool = self._new_pool()
+        self._index = PostgresIndex(self)
+
+    def _new_pool(self) -> ConnectionPool:
+        _, psycopg_pool = _require_psycopg()
+        pool = psycopg_pool.ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs=self._kwargs,
+            open=False,
+            name=f"ironmem-{self.schema}",
+            timeout=max(0.5, min(self.connect_timeout, self.retry_for)),
+            reconnect_timeout=max(60.0, self.retry_for),
+        )
+        pool.open(wait=False)
+        return pool
+
+    def _revive(self, exc: BaseException) -> None:
+        """After a lost connection: drop broken pooled connections; when the pool could not connect at all
+        (its reconnection attempts back off to several seconds while the server is down) and the server answers
+        again, replace the pool so the next call does not wait for its next attempt."""
+        pool = self._pool
+        try:
+            pool.check()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        _, psycopg_pool = _require_psycopg()
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return
+        try:
+            probe = self._psycopg.connect(self._conninfo, **self._kwargs)
+        except self._psycopg.Error:
+            return  # still down
+        probe.close()
+        with self._lock:
+            if self._closed or self._pool is not pool:
+                return
+            self._pool = self._new_pool()
+        threading.Thread(target=pool.close, kwargs={"timeout": 5.0}, daemon=True).start()
+
+    # -- connections ------------------------------------------------------------------------------
+    def describe(self) -> str:
+        return f"{self._where} (schema {self.schema})"
+
+    def __repr__(self) -> str:
+        return f"<PostgresStorage {self.describe()}>"
+
+    def _unavailable(self, exc: BaseException, what: str, *, written: str) -> StorageError:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StorageError(
+            f"PostgreSQL at {self._where} is unreachable ({detail}); {what} gave up after {self.retry_for:g} s of "
+            f"retries.{' ' + written if written else ''} Check that the server is running and reachable, then retry"
+        )
+
+    def run(self, what: str, fn: Callable[[psycopg.Connection[Any]], T], *, written: str = "Nothing was written.") -> T:
+        """Call ``fn(connection)``, retrying on a lost connection until ``retry_for`` seconds have passed.
+
+        ``fn`` must be safe to repeat: one transaction (or one autocommit statement) that either committed or
+        did nothing, and that checks for its own earlier commit when that matters (writes do).
+        """
+        psycopg = self._psycopg
+        if self._closed:
+            raise StorageError("this PostgreSQL storage is closed; open a new MemoryManager")
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.05
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    return fn(conn)
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise self._unavailable(exc, what, written=written) from exc
+                log.warning("PostgreSQL connection lost during %s (%s); retrying", what, exc)
+                self._revive(exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except psycopg.Error as exc:
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise StorageError(f"PostgreSQL at {self._where} refused {what}: {detail}.{' ' + written if written else ''}") from exc
+
+    def migrate(self) -> None:
+        """Create or upgrade ironmem's tables (idempotent; safe from many processes at once).
+
+        A process that finds the schema current does nothing; otherwise it takes a transaction-level advisory
+        lock (so concurrent starters wait for one another), re-reads the applied version, and applies the
+        missing migrations in the same transaction: all of them land, or none.
+        """
+        psycopg = self._psycopg
+        s = self.schema
+        try:
+            conn = psycopg.connect(self._conninfo, **self._kwargs)
+        except psycopg.OperationalError as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(
+                f"cannot connect to PostgreSQL at {self._where}: {detail}. Check the URL, that the server runs, "
+                "and the user's password"
+            ) from exc
+        try:
+            if self._applied(conn) == SCHEMA_VERSION:
+                return
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATION_LOCK_CLASS, s))
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {s}.migrations (version integer PRIMARY KEY, name text NOT NULL, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                current = self._applied(conn)
+                if current > SCHEMA_VERSION:
+                    raise StorageError(
+                        f"the ironmem tables in schema {s!r} at {self._where} are at version {current}, newer than "
+                        f"this ironmem knows ({SCHEMA_VERSION}); upgrade ironmem on this machine"
+                    )
+                for version, name, sql in MIGRATIONS:
+                    if version <= current:
+                        continue
+                    conn.execute(sql.format(s=s, cfg=self._cfg).encode())
+                    conn.execute(f"INSERT INTO {s}.migrations(version, name) VALUES (%s, %s)", (version, name))
+                    log.info("ironmem schema %s migrated to version %d (%s)", s, version, name)
+        except psycopg.Error as exc:
+            raise StorageError(f"could not create the ironmem tables in {self.describe()}: {exc}") from exc
+        finally:
+            conn.close()
+
+    def _applied(self, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.migrations",)).fetchone()
+        if row is None or row[0] is None:
+            return 0
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {self.schema}.migrations").fetchone()
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        return self.run("reading the schema version", self._applied, written="")
+
+    # -- entries ----------------------------------------------------------------------------------
+    @property
+    def index(self) -> PostgresIndex:
+        return self._index
+
+    def entry_file(self, scope: str, target: str, *, limit: int) -> PostgresEntryFile:
+        return PostgresEntryFile(self, scope, target, limit)
+
+    def _read_many(self, conn: psycopg.Connection[Any], scope: str, targets: Sequence[str]) -> dict[str, FileState]:
+        found: dict[str, list[str]] = {t: [] for t in targets}
+        rows = conn.execute(
+            f"SELECT target, text FROM {self.schema}.entries WHERE scope = %s AND target = ANY(%s) "
+            "ORDER BY target, pos",
+            (scope, list(targets)),
+        ).fetchall()
+        for target, text in rows:
+            found[target].append(text)
+        return {t: FileState(tuple(e), render_entries(e)) for t, e in found.items()}
+
+    def read(self, scope: str, target: str) -> FileState:
+        return self.run(
+            f"reading {target} entries", lambda conn: self._read_many(conn, scope, [target])[target], written=""
+        )
+
+    def read_all(self, scope: str) -> dict[str, FileState]:
+        """Both targets of ``scope`` in one statement (one consistent view)."""
+        return self.run("reading entries", lambda conn: self._read_many(conn, scope, ["memory", "user"]), written="")
+
+    def transact(self, scope: str, targets: Sequence[str], change: Change, *, record: Any = None) -> dict[str, FileState]:
+        return self.transact_scoped({t: scope for t in targets}, change, record=record)
+
+    def transact_scoped(
+        self, scopes: Mapping[str, str], change: Change, *, record: Any = None
+    ) -> dict[str, FileState]:
+        """One transaction over ``{target: scope}``: row locks on every (scope, target) in a fixed order, the
+        current entries read under them, ``change`` applied, the result stored (or nothing when it raises)."""
+        ordered = sorted(set(scopes))
+        for target in ordered:
+            if target not in ("memory", "user"):
+                raise StorageError(f"unknown memory target {target!r}; use 'memory' or 'user'")
+        keys = sorted((scopes[t], t) for t in ordered)  # lock order: (scope, target)
+        write_id = uuid.uuid4()
+        s = self.schema
+        record_json = json.dumps(record, ensure_ascii=False) if record is not None else None
+        by_scope: dict[str, list[str]] = {}
+        for scope, target in keys:
+            by_scope.setdefault(scope, []).append(target)
+
+        def read_all(conn: psycopg.Connection[Any]) -> dict[str, FileState]:
+            out: dict[str, FileState] = {}
+            for scope, targets in by_scope.items():
+                out.update(self._read_many(conn, scope, targets))
+            return out
+
+        def attempt(conn: psycopg.Connection[Any]) -> dict[str, FileState]:
+            with conn.transaction():
+                versions: dict[tuple[str, str], int] = {}
+                for scope, target in keys:
+                    conn.execute(
+                        f"INSERT INTO {s}.docs(scope, target) VALUES (%s, %s) ON CONFLICT DO NOTHING", (scope, target)
+                    )
+                    row = conn.execute(
+                        f"SELECT version FROM {s}.docs WHERE scope = %s AND target = %s FOR UPDATE", (scope, target)
+                    ).fetchone()
+                    versions[(scope, target)] = int(row[0]) if row else 0
+                # After the locks: if an earlier attempt of this write committed before its connection broke,
+                # it is in the log now (it held these locks until it committed).
+                if conn.execute(f"SELECT 1 FROM {s}.writes WHERE write_id = %s", (write_id,)).fetchone():
+                    return read_all(conn)
+                current = read_all(conn)
+                wanted = change(dict(current))
+                out: dict[str, FileState] = {}
+                changed: dict[str, list[str]] = {}
+                for target in ordered:
+                    scope = scopes[target]
+                    entries = [str(e) for e in wanted.get(target, current[target].entries)]
+                    if entries == list(current[target].entries):
+                        out[target] = current[target]
+                        continue
+                    if any("\x00" in e for e in entries):
+                        raise StorageError("a memory entry cannot contain NUL characters; nothing was written")
+                    changed.setdefault(scope, []).append(target)
+                    terms = [normalize_terms(e)[:MAX_INDEXED_CHARS] for e in entries]
+                    conn.execute(f"DELETE FROM {s}.entries WHERE scope = %s AND target = %s", (scope, target))
+                    conn.execute(
+                        f"INSERT INTO {s}.entries(scope, target, pos, text, nterms, terms) "
+                        f"SELECT %s, %s, u.pos, u.text, u.n, to_tsvector('{self._cfg}'::regconfig, u.terms) "
+                        "FROM unnest(%s::text[], %s::text[], %s::int[]) WITH ORDINALITY AS u(text, terms, n, pos)",
+                        (scope, target, entries, terms, [_token_count(t) for t in terms]),
+                    )
+                    conn.execute(
+                        f"UPDATE {s}.docs SET version = version + 1, updated_at = now() "
+                        "WHERE scope = %s AND target = %s",
+                        (scope, target),
+                    )
+                    out[target] = FileState(tuple(entries), render_entries(entries))
+                if changed:
+                    first = True
+                    for scope in by_scope:
+                        if scope not in changed:
+                            continue
+                        # one write-log row per scope; the first carries ``write_id`` (the retry marker)
+                        wid = write_id if first else uuid.uuid5(write_id, scope)
+                        first = False
+                        conn.execute(
+                            f"INSERT INTO {s}.writes(write_id, scope, targets, versions, ops) "
+                            "VALUES (%s, %s, %s, %s, %s::jsonb)",
+                            (wid, scope, changed[scope], [versions[(scope, t)] + 1 for t in changed[scope]],
+                             record_json),
+                        )
+                return out
+
+        return self.run("a memory write", attempt, written="Nothing was written.")
+
+    def scopes(self) -> list[str]:
+        """Every user scope that has entries or a write (the default scope ``""`` is not listed)."""
+        return self.run(
+            "listing scopes",
+            lambda conn: [str(r[0]) for r in conn.execute(
+                f"SELECT DISTINCT scope FROM {self.schema}.docs WHERE scope <> '' ORDER BY scope").fetchall()],
+            written="",
+        )
+
+    def history(self, scope: str | None = None) -> list[dict[str, Any]]:
+        """The write log, oldest first: ``seq``, ``scope``, ``targets``, ``versions``, ``ops``, ``xact``, ``at``."""
+
+        def query(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+            sql = (f"SELECT seq, write_id, scope, targets, versions, ops, xact::text, at FROM {self.schema}.writes "
+                   + ("WHERE scope = %s " if scope is not None else "") + "ORDER BY seq")
+            rows = conn.execute(sql, (scope,) if scope is not None else ()).fetchall()
+            keys = ("seq", "write_id", "scope", "targets", "versions", "ops", "xact", "at")
+            return [dict(zip(keys, row)) for row in rows]
+
+        return self.run("reading the write log", query, written="")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.close()
+
+
+class PostgresEntryFile:
+    """``provider.files[target]`` for PostgreSQL: reads one (scope, target)."""
+
+    def __init__(self, storage: PostgresStorage, scope: str, target: str, limit: int) -> None:
+        self.storage, self.scope, self.target, self.limit = storage, scope, target, limit
+
+    @property
+    def path(self) -> str:
+        return f"{self.storage.describe()} scope={self.scope!r} target={self.target}"
+
+    def read(self) -> FileState:
+        return self.storage.read(self.scope, self.target)
+
+
+class PostgresIndex:
+    """The turn index and entry search in PostgreSQL, with the interface of the SQLite ``SearchIndex``."""
+
+    def __init__(self, storage: PostgresStorage, *, scope: str = "") -> None:
+        self.storage = storage
+        self.scope = scope
+        self._s = storage.schema
+        self._cfg = storage._cfg
+        self._cache_lock = threading.Lock()
+        # tsquery -> (ids, upto, complete): its newest matching turns among the turns up to id ``upto``.
+        self._cache: OrderedDict[str, tuple[set[int], int, bool]] = OrderedDict()
+        self._cached_ids = 0
+
+    # -- turns ------------------------------------------------------------------------------------
+    def add_turn(self, session_id: str, user: str, assistant: str, *, user_id: str | None,
+                 ts: float | None = None) -> int:
+        """Store and index one exchange (one statement; a retry after a lost connection never duplicates it)."""
+        ts = time.time() if ts is None else ts
+        key = uuid.uuid4()
+        user, assistant = user.replace("\x00", "\ufffd"), assistant.replace("\x00", "\ufffd")
+        terms = normalize_terms(f"{user}\n{assistant}")[:MAX_INDEXED_CHARS]
+        s = self._s
+
+        def insert(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                self._order_lock(conn)
+                row = conn.execute(
+                    f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
+                    f"VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('{self._cfg}'::regconfig, %s)) "
+                    "ON CONFLICT (turn_key) DO NOTHING RETURNING id",
+                    (key, session_id, user_id, ts, user, assistant, terms),
+                ).fetchone()
+                if row is None:  # an earlier attempt landed before its connection broke
+                    row = conn.execute(f"SELECT id FROM {s}.turns WHERE turn_key = %s", (key,)).fetchone()
+                assert row is not None
+                return int(row[0])
+
+        return self.storage.run("indexing a turn", insert, written="The turn was not stored.")
+
+    def add_turns(self, rows: Iterable[tuple[str, str | None, float, str, str]], *, batch: int = 50_000) -> None:
+        """Bulk insert ``(session_id, user_id, ts, user, assistant)`` rows with COPY (benchmarks, imports).
+
+        Each batch of ``batch`` rows is one transaction.
+        """
+        s = self._s
+        pending: list[tuple[str, str | None, float, str, str, str]] = []
+
+        def flush(chunk: list[tuple[str, str | None, float, str, str, str]]) -> None:
+            def load(conn: psycopg.Connection[Any]) -> None:
+                with conn.transaction():
+                    conn.execute(
+                        "CREATE TEMP TABLE IF NOT EXISTS ironmem_load (n bigint GENERATED ALWAYS AS IDENTITY, "
+                        "session_id text, user_id text, ts double precision, user_text text, assistant_text text, "
+                        "terms text) ON COMMIT DELETE ROWS"
+                    )
+                    with conn.cursor().copy(
+                        "COPY ironmem_load (session_id, user_id, ts, user_text, assistant_text, terms) FROM STDIN"
+                    ) as copy:
+                        for row in chunk:
+                            copy.write_row(row)
+                    self._order_lock(conn)
+                    conn.execute(
+                        f"INSERT INTO {s}.turns(session_id, user_id, ts, user_text, assistant_text, terms) "
+                        f"SELECT session_id, user_id, ts, user_text, assistant_text, "
+                        f"to_tsvector('{self._cfg}'::regconfig, terms) FROM ironmem_load ORDER BY n"
+                    )
+
+            self.storage.run("a bulk load of turns", load, written="This batch was not stored.")
+
+        for session_id, user_id, ts, user, assistant in rows:
+            user, assistant = user.replace("\x00", "\ufffd"), assistant.replace("\x00", "\ufffd")
+            terms = normalize_terms(f"{user}\n{assistant}")[:MAX_INDEXED_CHARS]
+            pending.append((session_id, user_id, ts, user, assistant, terms))
+            if len(pending) >= batch:
+                flush(pending)
+                pending = []
+        if pending:
+            flush(pending)
+        self.storage.run("analyzing turns", lambda conn: conn.execute(f"ANALYZE {s}.turns"), written="")
+
+    def _order_lock(self, conn: psycopg.Connection[Any]) -> None:
+        """Take the turn-order lock (held to commit): turn ids are then handed out in commit order, so a reader
+        that has seen turn N has seen every turn below N, and its cached candidate lists stay exact when it
+        only reads the turns above N later. Costs one round trip; inserts of turns are serialized (each holds
+        the lock for about a millisecond), which is far above the rate at which agents finish turns."""
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_TURN_ORDER_LOCK_CLASS, self._s))
+
+    def turn_count(self, session_id: str | None = None) -> int:
+        s = self._s
+
+        def count(conn: psycopg.Connection[Any]) -> int:
+            if session_id is None:
+                row = conn.execute(f"SELECT count(*) FROM {s}.turns").fetchone()
+            else:
+                row = conn.execute(f"SELECT count(*) FROM {s}.turns WHERE session_id = %s", (session_id,)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self.storage.run("counting turns", count, written="")
+
+    def sync_entries(self, target: str, entries: Iterable[str]) -> None:
+        """Nothing to do: entries are indexed in the same transaction that writes them."""
+
+    def clear_caches(self) -> None:
+        """Forget the candidate lists kept between searches (benchmarks of cold searches; never needed for
+        correctness: turn ids are handed out in commit order, so a list only has to read the turns above it)."""
+        with self._cache_lock:
+            self._cache.clear()
+            self._cached_ids = 0
+
+    def close(self) -> None:
+        self.storage.close()
+
+    # -- search -----------------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        kinds: tuple[str, ...] = ("memory", "user", "turn"),
+        user_id: str | None = None,
+        exclude_session: str | None = None,
+        drop_stopwords: bool = True,
+        entry_scopes: Mapping[str, str] | None = None,
+    ) -> list[SearchHit]:
+        """Best matches for ``query`` among entries and turns, best first (same ranking as the SQLite index).
+
+        ``entry_scopes`` (``{target: scope}``) says whose entries to search; by default this index's scope.
+        """
+        wanted: dict[str, str] = {t: (entry_scopes or {}).get(t, self.scope) for t in ("memory", "user") if t in kinds}
+        parts = [_clause_parts(c) for c in query_clauses(query, drop_stopwords=drop_stopwords)]
+        parts = [(k, t) for k, t in parts if t]
+        if not parts:
+            return []
+
+        def run(conn: psycopg.Connection[Any]) -> list[SearchHit]:
+            tsqueries, newest = self._tsqueries(conn, parts)
+            if not tsqueries:
+                return []
+            hits: list[SearchHit] = []
+            if "memory" in kinds or "user" in kinds:
+                hits.extend(self._search_entries(conn, tsqueries, wanted))
+            if "turn" in kinds and newest:
+                hits.extend(self._search_turns(conn, tsqueries, newest, limit, user_id, exclude_session))
+            hits.sort(key=lambda h: h.score, reverse=True)
+            return hits[:limit]
+
+        return self.storage.run("a search", run, written="")
+
+    def _tsqueries(self, conn: psycopg.Connection[Any], parts: list[tuple[str, str]]) -> tuple[list[str], int]:
+        """The clauses as tsquery texts (stemmed by the server, empty ones dropped), and the newest turn id."""
+        cfg = f"'{self._cfg}'::regconfig"
+        row = conn.execute(
+            f"SELECT (SELECT coalesce(max(id), 0) FROM {self._s}.turns), ARRAY("
+            f"SELECT (CASE u.k WHEN 'w' THEN plainto_tsquery({cfg}, u.t) WHEN 'p' THEN phraseto_tsquery({cfg}, u.t) "
+            "ELSE to_tsquery('simple', quote_literal(u.t) || ':*') END)::text "
+            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(k, t, i) ORDER BY u.i)",
+            ([k for k, _ in parts], [t for _, t in parts]),
+        ).fetchone()
+        assert row is not None
+        newest, texts = int(row[0]), list(row[1])
+        seen: set[str] = set()
+        out: list[str] = []
+        for text in texts:
+            if text and text not in seen:
+                seen.add(text)
+                out.append(text)
+        return out, newest
+
+    def _search_entries(
+        self, conn: psycopg.Connection[Any], tsqueries: list[str], scopes: Mapping[str, str]
+    ) -> list[SearchHit]:
+        """Entries of ``{target: scope}`` ranked with FTS5's bm25 (term frequency counted once per matching
+        clause). Only those (scope, target) pairs are read: another user's entries never come back."""
+        if not scopes:
+            return []
+        targets = list(scopes)
+        rows = conn.execute(
+            f"SELECT e.target, e.text, e.nterms, ARRAY(SELECT e.terms @@ q.q FROM unnest(%s::tsquery[]) "
+            f"WITH ORDINALITY AS q(q, o) ORDER BY q.o) FROM {self._s}.entries e "
+            "JOIN unnest(%s::text[], %s::text[]) AS w(scope, target) ON e.scope = w.scope AND e.target = w.target "
+            "ORDER BY e.target, e.pos",
+            (tsqueries, [scopes[t] for t in targets], targets),
+        ).fetchall()  # every entry of those scopes (a few dozen): the statistics need them all
+        total = len(rows)
+        if not total:
+            return []
+        avgdl = sum(r[2] for r in rows) / total
+        rows = [r for r in rows if any(r[3])]
+        df = [sum(1 for r in rows if r[3][i]) for i in range(len(tsqueries))]
+        hits = []
+        for target, text, nterms, matched in rows:
+            score = 0.0
+            for i, hit in enumerate(matched):
+                if not hit:
+                    continue
+                idf = math.log((total - df[i] + 0.5) / (df[i] + 0.5))
+                idf = idf if idf > 0 else 1e-6
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * (nterms / avgdl if avgdl else 1.0))
+                score += idf * (BM25_K1 + 1) / (1 + norm)
+            hits.append(SearchHit(target, text, score))
+        return hits
+
+    def _search_turns(
+        self,
+        conn: psycopg.Connection[Any],
+        tsqueries: list[str],
+        newest: int,
+        limit: int,
+        user_id: str | None,
+        exclude_session: str | None,
+    ) -> list[SearchHit]:
+        s_name = self._s
+        if len(tsqueries) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
+            probed = []
+            for i, (found, oldest) in enumerate(self._lists(conn, tsqueries, PROBE_ROWS, summary=True)):
+                if found:
+                    probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), i))
+            probed.sort()
+            tsqueries = [tsqueries[i] for _, i in probed[:MAX_RANKED_TERMS]]
+        lists = self._candidates(conn, tsqueries, newest)
+        terms: list[tuple[float, str, bool, list[int]]] = []  # (idf, tsquery, capped, candidate ids)
+        for q, (found, complete) in zip(tsqueries, lists):
+            if not found:
+                continue
+            capped = not complete
+            df = _estimate_df(len(found), min(found), capped, newest)
+            terms.append((_idf(df, newest), q, capped, list(found)))
+        if not terms:
+            return []
+        # Turns holding several common words at once, even if older than each word's own cap.
+        capped_terms = sorted((i for i, t in enumerate(terms) if t[2]), key=lambda i: -terms[i][0])[:AND_TERMS]
+        if len(capped_terms) >= 2:
+            both = self._candidates(conn, [" & ".join(f"({terms[i][1]})" for i in capped_terms)], newest)[0][0]
+            for i in capped_terms:
+                terms[i][3].extend(both)
+        ids: list[int] = []
+        weights: list[int] = []  # fixed point (1e-9): integer sums are exact, so equal word sets tie exactly
+        for weight, _, _, found in terms:
+            unique = list(dict.fromkeys(found))
+            ids.extend(unique)
+            weights.extend([round(weight * 1e9)] * len(unique))
+        # BM25 with k1 = 0 over the candidates: the summed IDF of the distinct words a turn holds. The filters
+        # read each candidate by primary key (LATERAL: never a scan of the table); the texts are read for the
+        # winners only.
+        filters = []
+        if user_id is not None:
+            filters.append("t.user_id = %(uid)s")
+        if exclude_session is not None:
+            filters.append("t.session_id <> %(ex)s")
+        ranked = (
+            "SELECT s.id, s.score FROM scored s CROSS JOIN LATERAL "
+            f"(SELECT t.user_id, t.session_id FROM {s_name}.turns t WHERE t.id = s.id) t "
+            f"WHERE {' AND '.join(filters)} " if filters else "SELECT s.id, s.score FROM scored s "
+        )
+        rows = conn.execute(
+            "WITH c AS (SELECT * FROM unnest(%(ids)b::bigint[], %(w)b::bigint[]) AS c(id, w)), "
+            "scored AS (SELECT id, sum(w) AS score FROM c GROUP BY id), "
+            f"top AS ({ranked}ORDER BY s.score DESC, s.id DESC LIMIT %(limit)s) "
+            "SELECT t.id, t.session_id, t.user_id, t.ts, t.user_text, t.assistant_text, top.score / 1e9::float8 "
+            f"FROM top CROSS JOIN LATERAL (SELECT * FROM {s_name}.turns t WHERE t.id = top.id) t "
+            "ORDER BY top.score DESC, t.id DESC",
+            {"ids": ids, "w": weights, "uid": user_id, "ex": exclude_session, "limit": limit},
+        ).fetchall()
+        return [
+            SearchHit("turn", f"User: {u}\nAssistant: {a}", round(score, 4), session_id=sid, user_id=uid, ts=ts)
+            for _, sid, uid, ts, u, a, score in rows
+        ]
+
+    def _candidates(
+        self, conn: psycopg.Connection[Any], tsqueries: list[str], newest: int
+    ) -> list[tuple[list[int], bool]]:
+        """Per tsquery, its newest matching turns (about ``CANDIDATE_CAP``), from the per-process cache when
+        possible: a cached list is brought up to date by reading only the matches above the turn it reached."""
+        with self._cache_lock:
+            known = {q: self._cache.get(q) for q in tsqueries}
+        fresh_q = [q for q in tsqueries if known[q] is None or known[q][1] > newest]  # type: ignore[index]
+        stale_q = [q for q in tsqueries if q not in fresh_q and known[q][1] < newest]  # type: ignore[index]
+        fetched = self._lists(conn, fresh_q + stale_q, CANDIDATE_CAP, summary=False,
+                              above=[0] * len(fresh_q) + [known[q][1] for q in stale_q])  # type: ignore[index]
+        got = dict(zip(fresh_q + stale_q, fetched))
+        out: list[tuple[list[int], bool]] = []  # (ids newest first, complete)
+        with self._cache_lock:
+            for q in tsqueries:
+                if q in fresh_q:
+                    ids = set(got[q])
+                    entry = (ids, newest, len(ids) < CANDIDATE_CAP)
+                elif q in stale_q:
+                    old_ids, _, complete = known[q]  # type: ignore[misc]
+                    new_ids = set(got[q])
+                    if len(new_ids) >= CANDIDATE_CAP:  # the new turns alone fill the list
+                        entry = (new_ids, newest, False)
+                    else:
+                        ids = old_ids | new_ids
+                        if len(ids) > 2 * CANDIDATE_CAP:
+                            ids, complete = set(heapq.nlargest(CANDIDATE_CAP, ids)), False
+                        entry = (ids, newest, complete)
+                else:
+                    entry = known[q]  # type: ignore[assignment]
+                previous = self._cache.pop(q, None)
+                if previous is not None:
+                    self._cached_ids -= len(previous[0])
+                self._cache[q] = entry
+                self._cached_ids += len(entry[0])
+                out.append((sorted(entry[0], reverse=True), entry[2]))
+            while self._cached_ids > CANDIDATE_CACHE_IDS and len(self._cache) > 1:
+                _, evicted = self._cache.popitem(last=False)
+                self._cached_ids -= len(evicted[0])
+        return out
+
+    def _lists(self, conn: psycopg.Connection[Any], tsqueries: list[str], cap: int, *, summary: bool,
+               above: list[int] | None = None) -> list[Any]:
+        """Per tsquery, its ``cap`` newest matching turn ids (or ``(count, oldest id)`` with ``summary``).
+
+        One statement; each branch has its tsquery as a constant, so the planner picks per word between a
+        backward scan of the primary key (a common word: stops after ``cap`` matches) and the GIN index.
+        """
+        s = self._s
+        branches = []
+        params: list[Any] = []
+        if not tsqueries:
+            return []
+        for i, q in enumerate(tsqueries):
+            floor = above[i] if above else 0
+            branches.append(
+                f"(SELECT {i} AS i, id FROM {s}.turns WHERE terms @@ %s::tsquery"
+                + (f" AND id > {int(floor)}" if floor else "")
+                + f" ORDER BY id DESC LIMIT {int(cap)})"
+            )
+            params.append(q)
+        agg = "count(*), min(id)" if summary else "array_agg(id)"
+        rows = conn.execute(
+            f"SELECT i, {agg} FROM ({' UNION ALL '.join(branches)}) AS c GROUP BY i", params, binary=True
+        ).fetchall()
+        found = {int(r[0]): (r[1:] if summary else r[1]) for r in rows}
+        if summary:
+            return [(int(found[i][0]), int(found[i][1])) if i in found else (0, 0) for i in range(len(tsqueries))]
+        return [list(found.get(i) or []) for i in range(len(tsqueries))]
