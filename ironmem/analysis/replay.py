@@ -458,11 +458,11 @@ def record_session(
                     }
                     call = {"id": f"call_{turn_no:03d}", "name": "memory", "arguments": args}
                     result_text = session.handle_tool_call("memory", args)
-                    if not json.loads(result_text).get("success"):
+                    if not json.loads(result_text).get("success") and "limit" in result_text:
                         # MEMORY.md is full: do what an agent is told to do, drop the oldest session note.
                         result_text = _write_making_room(session, manager, args)
-                    if not json.loads(result_text).get("success"):
-                        raise MemoryWriteError(f"the scripted memory write of turn {turn_no} failed: {result_text}")
+                    # A write the scanner refuses stays a refused tool call in the record: the model would see that
+                    # JSON error, and the session goes on.
                 records.append(
                     TurnRecord(
                         at=now, user=user, assistant=assistant, recall_fenced=recall.fenced(),
