@@ -307,7 +307,12 @@ def _env_overrides(section: str, model: type[BaseModel] | None, aliases: dict[st
 
 
 #: IRONMEM_* variables that are not config keys.
-KNOWN_GLOBAL_VARIABLES = frozenset({"IRONMEM_HOME", "IRONMEM_DEBUG"})
+KNOWN_GLOBAL_VARIABLES = frozenset({
+    "IRONMEM_HOME", "IRONMEM_DEBUG", "IRONMEM_LOCAL_MODEL",
+    # read by the test suite, the benchmarks and CI (server venvs, PostgreSQL binaries, evaluation knobs)
+    "IRONMEM_VENVS", "IRONMEM_SERVERS", "IRONMEM_SERVER_PYTHON", "IRONMEM_PG_BIN", "IRONMEM_PG_USER",
+    "IRONMEM_RUN_LOSO", "IRONMEM_FENCE_EXAMPLES", "IRONMEM_BENCH_CACHE",
+})
 
 
 def unknown_environment_variables(environ: dict[str, str] | None = None) -> list[str]:
