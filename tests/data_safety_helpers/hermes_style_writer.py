@@ -66,6 +66,7 @@ def main() -> None:
         time.sleep(0.001)
     for i in range(count):
         _add(memory, f"{prefix} {i}")
+        time.sleep(0.01)  # an agent between two memory calls: gives the other process its turns at the lock
 
 
 if __name__ == "__main__":
