@@ -12,6 +12,9 @@ what went wrong, backs off when rate limited, and keeps writes that failed until
   still queued at shutdown are saved as JSON lines (:meth:`HostedService.save_unsent`) and queued again by the
   next process that opens the same memory home (:meth:`HostedService.claim_unsent`).
 - :meth:`HostedService.snapshot` is the service half of the provider's ``status_info()``.
+- :class:`HostedProvider` is what the two providers do alike around their SDK: settings from keyword options or
+  a Hermes JSON file with the key from the environment, saved writes claimed on the first session with a home,
+  ``status_info()``, tool calls whose failures become results, and a shutdown that saves what could not be sent.
 """
 
 from __future__ import annotations
@@ -27,16 +30,23 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
-from ..core.errors import ExternalServiceError
+from pydantic import BaseModel
 
-__all__ = ["Failure", "HostedService", "clip_text", "is_local_url", "mask_secret", "merge_hermes_file", "read_json_config"]
+from ..core.errors import ConfigError, ExternalServiceError
+from ..core.provider import ToolSchema
+from ._base import ProviderBase
+from ._tools import err, run_tool
+
+__all__ = ["Failure", "HostedProvider", "HostedService", "clip_text", "is_local_url", "mask_secret",
+           "merge_hermes_file", "read_json_config"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S", bound=BaseModel)
 
 #: What a turn's recall may wait for when the service asked us to come back later (429 without Retry-After).
 DEFAULT_RATE_LIMIT_PAUSE = 30.0
@@ -342,8 +352,6 @@ def json_detail(body: Any) -> str:
 
 def read_json_config(path: str | Path, *, section: str) -> dict[str, Any]:
     """Read a Hermes-style JSON config file (``honcho.json``, ``supermemory.json``); ConfigError says what is wrong."""
-    from ..core.errors import ConfigError
-
     file = Path(os.path.expandvars(str(path))).expanduser()
     if not file.is_file():
         raise ConfigError(f"{section}.config_file: {file} does not exist; fix the path or remove config_file")
@@ -395,3 +403,133 @@ def merge_hermes_file(data: Any, *, section: str, known: dict[str, str], host_ke
     out = {**values, **{k: v for k, v in data.items() if v is not None}}
     out["ignored_keys"] = sorted(set(ignored) | set(data.get("ignored_keys") or []))
     return out
+
+
+class HostedProvider(ProviderBase, Generic[S]):
+    """The part of a hosted-service provider (Honcho, Supermemory) that does not depend on the service.
+
+    A subclass sets ``name``, ``requires``, ``settings_model``, ``env_aliases`` and ``env_options``; its
+    ``__init__`` calls this one first, then sets ``self.service`` (a :class:`HostedService`) and
+    ``self._current_user``; it provides ``base_url``, ``tool_schemas``, ``_tool`` (one known tool's call),
+    ``_replay`` (the send function of a saved write) and ``_config_info`` (its part of ``status_info``).
+    """
+
+    #: Settings that keyword construction and ``from_hermes_config`` take from ``env_aliases``'s variables.
+    env_options: ClassVar[tuple[str, ...]] = ()
+    settings: S
+    service: HostedService
+    _current_user: str
+
+    # -- settings -------------------------------------------------------------------------------
+    @classmethod
+    def _validated(cls, data: dict[str, Any]) -> S:
+        try:
+            return cast(S, cls.settings_model(**data))  # type: ignore[attr-defined]
+        except ValueError as exc:
+            raise ConfigError(f"{cls.name}: {exc}") from exc
+
+    def __init__(self, *, settings: S | None = None, **options: Any) -> None:
+        """The settings (given, or built from keyword ``options`` and the environment) and the common state."""
+        if settings is None:
+            model: type[BaseModel] = self.settings_model  # type: ignore[attr-defined]
+            for key in self.env_options:
+                var, alias = self.env_aliases[key], model.model_fields[key].alias  # type: ignore[attr-defined]
+                if options.get(key) is None and (alias is None or alias not in options) and os.environ.get(var):
+                    options[key] = os.environ[var]
+            settings = self._validated(options)
+        elif options:
+            raise TypeError("pass either settings=... or keyword options, not both")
+        self.settings = settings
+        self._lock = threading.RLock()
+        self._client: Any = None
+        self._http: Any = None
+        self._users: dict[str, str] = {}
+        self._unsent_dir: Path | None = None
+
+    @classmethod
+    def _from_file(cls, data: dict[str, Any]) -> Any:
+        """A provider from a Hermes JSON file's settings (``data``), the ``env_options`` it lacks from the environment."""
+        for key in cls.env_options:
+            var = cls.env_aliases[key]  # type: ignore[attr-defined]
+            if key not in data and os.environ.get(var):
+                data[key] = os.environ[var]
+        return cls(settings=cls._validated(data))
+
+    @classmethod
+    def from_config(cls, settings: S, *, home: Path) -> Any:
+        """Build from the provider's config section (no request is sent until a session uses it)."""
+        return cls(settings=settings)
+
+    @property
+    def base_url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- sessions -------------------------------------------------------------------------------
+    def _claim_saved_writes(self, ctx: dict[str, Any]) -> None:
+        """On the first session with a ``home``: queue the writes an earlier process saved under ``home/<name>``."""
+        with self._lock:
+            first = self._unsent_dir is None and bool(ctx.get("home"))
+            if first:
+                self._unsent_dir = Path(str(ctx["home"])) / self.name
+        if first and self._unsent_dir is not None:
+            self.service.claim_unsent(self._unsent_dir, self._replay)
+
+    def _replay(self, record: dict[str, Any]) -> Callable[[], Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def on_session_end(self, session_id: str) -> None:
+        try:
+            self.service.flush()
+        finally:
+            with self._lock:
+                self._forget_session(session_id)
+
+    def _forget_session(self, session_id: str) -> None:
+        """Drop what the provider kept for ``session_id`` (called with the lock held)."""
+        self._users.pop(session_id, None)
+
+    # -- tools ----------------------------------------------------------------------------------
+    def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
+        offered = [schema.name for schema in self.tool_schemas()]
+        if name not in offered:
+            return err(f"unknown tool {name!r}; {self.service.label} provides {', '.join(offered)}")
+        return run_tool(name, args, lambda a: self._tool(name, a), log=logging.getLogger(type(self).__module__),
+                        label=self.name)
+
+    def tool_schemas(self) -> list[ToolSchema]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _tool(self, name: str, args: dict[str, Any]) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- status and shutdown --------------------------------------------------------------------
+    def status_info(self) -> dict[str, Any]:
+        """Configuration (the key masked) and the service's state as last seen; sends no request."""
+        s: Any = self.settings
+        config: dict[str, Any] = {
+            "base_url": self.base_url,
+            "api_key": mask_secret(s.api_key.get_secret_value() if s.api_key else None),
+            **self._config_info(),
+            "timeout_s": self.service.timeout,
+        }
+        if s.config_file:
+            config["config_file"] = s.config_file
+        if s.ignored_keys:
+            config["ignored_keys"] = list(s.ignored_keys)
+        return {"config": config, "service": self.service.snapshot()}
+
+    def _config_info(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Send what is queued; what cannot be sent is saved for the next process. Then close the HTTP client."""
+        if self.service.pending_writes:
+            try:
+                self.service.flush()
+            except ExternalServiceError:
+                if self._unsent_dir is not None:
+                    self.service.save_unsent(self._unsent_dir)
+        with self._lock:
+            http, self._http, self._client = self._http, None, None
+        if http is not None:
+            http.close()

@@ -1,14 +1,17 @@
-"""What the shipped providers' tools have in common: JSON results and the search tool's arguments."""
+"""What the shipped providers' tools have in common: JSON results, the search tool's arguments, and a tool call
+whose failure goes back to the model as a result, never as an exception."""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from ..core.errors import IronMemError
+from ..core.errors import ExternalServiceError, IronMemError
 from ..core.provider import ToolSchema
 
-__all__ = ["ok", "err", "search_schema", "search_args", "ToolArgumentError"]
+__all__ = ["ok", "err", "run_tool", "search_schema", "search_args", "ToolArgumentError"]
 
 MAX_LIMIT = 20
 
@@ -59,3 +62,34 @@ def search_args(args: Any, default_limit: int) -> tuple[str, int]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ToolArgumentError(f"'limit' must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
     return query, limit
+
+
+def run_tool(name: str, args: Any, handle: Callable[[dict[str, Any]], str], *, log: logging.Logger, label: str,
+             expected: tuple[type[Exception], ...] = ()) -> str:
+    """Run one tool call: ``handle(args)`` once ``args`` is a JSON object; every failure becomes a JSON error result.
+
+    - wrong arguments (:class:`ToolArgumentError`): the message, which says what to give;
+    - a hosted service's failure (:class:`ExternalServiceError`): its message, and ``retry_after`` when it asked
+      for a wait;
+    - ``expected`` failures (a server's errors, already explained): ``"<tool> failed: <message>"``, a warning;
+    - anything else: ``"<tool> failed: <type>: <message>"``, logged with its traceback.
+
+    Example:
+        >>> def handle(args): raise ToolArgumentError("give a query")
+        >>> print(run_tool("demo_search", {}, handle, log=logging.getLogger("demo"), label="demo"))
+        {"success": false, "error": "give a query"}
+    """
+    try:
+        if not isinstance(args, dict):
+            return err(f"arguments for {name!r} must be a JSON object")
+        return handle(args)
+    except ToolArgumentError as exc:
+        return err(str(exc))
+    except ExternalServiceError as exc:
+        return err(str(exc), retry_after=exc.retry_after) if exc.retry_after else err(str(exc))
+    except expected as exc:
+        log.warning("%s tool %r failed: %s", label, name, exc)
+        return err(f"{name} failed: {exc}")
+    except Exception as exc:  # a tool result, never an exception, goes back to the model
+        log.exception("%s tool %r failed", label, name)
+        return err(f"{name} failed: {type(exc).__name__}: {exc}")

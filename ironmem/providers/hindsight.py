@@ -33,8 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import re
 import threading
@@ -46,10 +44,11 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..core.errors import ProviderUnavailableError
-from ..core.provider import MemoryProvider, ToolSchema
+from ..core.provider import ToolSchema
 from ..core.security import redact_secrets
 from ._aio import LoopThread
-from ._tools import MAX_LIMIT, ToolArgumentError, search_args
+from ._base import ProviderBase, ServerErrors, hashed_id, http_url, merged_settings, turn_text
+from ._tools import ToolArgumentError, run_tool, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -78,17 +77,8 @@ RETAIN_TOOL = ToolSchema(
         "required": ["content"],
     },
 )
-RECALL_TOOL = ToolSchema(
-    name="hindsight_recall",
-    description="Search long-term memory (Hindsight) for facts about the user and past conversations.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What to look for, in natural language."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Maximum results (default 5)."},
-        },
-        "required": ["query"],
-    },
+RECALL_TOOL = search_schema(
+    "hindsight_recall", "Search long-term memory (Hindsight) for facts about the user and past conversations."
 )
 REFLECT_TOOL = ToolSchema(
     name="hindsight_reflect",
@@ -103,6 +93,11 @@ REFLECT_TOOL = ToolSchema(
 
 class HindsightUnavailableError(ProviderUnavailableError):
     """The Hindsight server could not be reached or refused a call; the message says which and what to do."""
+
+
+_ERRORS = ServerErrors("Hindsight", HindsightUnavailableError, "hindsight.api_url", "docs/providers/hindsight.md",
+                       frozenset({"ClientConnectorError", "ServerDisconnectedError", "ClientOSError",
+                                  "ConnectionRefusedError"}))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,9 +208,7 @@ class HindsightSettings(BaseModel):
     @field_validator("api_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s/]+", value or ""):
-            raise ValueError(f"api_url must be an http(s) URL such as {DEFAULT_URL}, got {value!r}")
-        return value.rstrip("/")
+        return http_url(value, "api_url", DEFAULT_URL)
 
     @field_validator("bank_id_template")
     @classmethod
@@ -230,7 +223,7 @@ class HindsightSettings(BaseModel):
 # --------------------------------------------------------------------------------------------------
 # The provider
 # --------------------------------------------------------------------------------------------------
-class HindsightProvider(MemoryProvider):
+class HindsightProvider(ProviderBase):
     """Hindsight memory over its HTTP API: recall per user message, retain per turn, two or three tools.
 
     Args:
@@ -245,6 +238,7 @@ class HindsightProvider(MemoryProvider):
     """
 
     name = "hindsight"
+    requires = ("hindsight_client", "hindsight-client is not installed: pip install 'ironmem[hindsight]'")
     settings_model: ClassVar[type[BaseModel]] = HindsightSettings
     env_aliases: ClassVar[dict[str, str]] = {
         "api_key": "HINDSIGHT_API_KEY",
@@ -255,11 +249,7 @@ class HindsightProvider(MemoryProvider):
     }
 
     def __init__(self, settings: HindsightSettings | None = None, **overrides: Any) -> None:
-        base = settings.model_dump() if settings is not None else {}
-        if settings is not None and settings.api_key is not None:
-            base["api_key"] = settings.api_key.get_secret_value()
-        base.update(overrides)
-        self.settings = HindsightSettings.model_validate(base)
+        self.settings = merged_settings(HindsightSettings, settings, overrides)
         self._loop = LoopThread("hindsight")
         self._client: Any = None
         self._lock = threading.RLock()
@@ -283,14 +273,10 @@ class HindsightProvider(MemoryProvider):
     @property
     def unavailable_reason(self) -> str:
         """Why :meth:`is_available` is False ("" when True). Cheap: no network."""
-        if importlib.util.find_spec("hindsight_client") is None:
-            return "hindsight-client is not installed: pip install 'ironmem[hindsight]'"
-        if self.settings.mode == "cloud" and self.settings.api_key is None:
+        reason = super().unavailable_reason  # the client package
+        if not reason and self.settings.mode == "cloud" and self.settings.api_key is None:
             return "mode 'cloud' needs api_key (or HINDSIGHT_API_KEY)"
-        return ""
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
+        return reason
 
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = str(ctx.get("user_id") or "")
@@ -360,23 +346,12 @@ class HindsightProvider(MemoryProvider):
             raise self._explain(what, exc) from exc
 
     def _explain(self, what: str, exc: BaseException) -> BaseException:
-        if isinstance(exc, HindsightUnavailableError):
-            return exc
-        kind = type(exc).__name__
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else kind
-        if kind in ("ClientConnectorError", "ServerDisconnectedError", "ClientOSError", "ConnectionRefusedError"):
-            return HindsightUnavailableError(
-                f"Hindsight server at {self.settings.api_url} is not reachable during {what} ({kind}: {text}); "
-                "start it (docs/providers/hindsight.md) or fix hindsight.api_url")
-        if isinstance(exc, TimeoutError):
-            return HindsightUnavailableError(
-                f"Hindsight server at {self.settings.api_url} did not answer {what} within {self.settings.timeout:g}s")
         status = getattr(exc, "status", None)
-        if status is not None:
+        if status is not None and not isinstance(exc, HindsightUnavailableError):  # the server answered: an error
             body = getattr(exc, "body", None) or getattr(exc, "reason", "") or ""
-            return HindsightUnavailableError(
-                f"Hindsight server refused {what}: HTTP {status} {str(body)[:300]}")
-        return HindsightUnavailableError(f"Hindsight {what} failed: {kind}: {text}")
+            return HindsightUnavailableError(f"Hindsight server refused {what}: HTTP {status} {str(body)[:300]}")
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return _ERRORS.explain(what, exc, url=self.settings.api_url, timeout=self.settings.timeout, detail=text)
 
     # -- recall -----------------------------------------------------------------------------------
     def _recall_args(self, query: str, limit: int | None) -> dict[str, Any]:
@@ -455,15 +430,9 @@ class HindsightProvider(MemoryProvider):
         response = await self._acall("retain", lambda c: c.aretain(**args))
         return {"bank_id": args["bank_id"], "items": getattr(response, "items_count", None)}
 
-    def _turn_text(self, user: str, assistant: str) -> str:
-        s = self.settings
-        parts = [f"{s.retain_user_prefix}: {user.strip()}" if (user or "").strip() else "",
-                 f"{s.retain_assistant_prefix}: {assistant.strip()}" if (assistant or "").strip() else ""]
-        return "\n".join(p for p in parts if p)
-
     def _queue_turn(self, user: str, assistant: str, session_id: str) -> str | None:
         """Add a turn to the session's buffer; the text to retain now, or None to wait for more turns."""
-        text = self._turn_text(user, assistant)
+        text = turn_text(user, assistant, (self.settings.retain_user_prefix, self.settings.retain_assistant_prefix))
         if not text or not self.settings.auto_retain or self.settings.memory_mode == "tools":
             return None
         with self._lock:
@@ -526,32 +495,28 @@ class HindsightProvider(MemoryProvider):
 
     # -- tools ------------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            offered = {t.name for t in self.tool_schemas()}
-            if name not in offered:
-                return _err(f"unknown tool {name!r}; Hindsight provides {', '.join(sorted(offered)) or 'no tools here'}")
-            if name == RETAIN_TOOL.name:
-                content, tags = _retain_tool_args(args)
-                result = self.retain(content, context="saved by the agent with hindsight_retain", tags=tags)
-                return _ok(retained=True, bank_id=result["bank_id"])
-            if name == RECALL_TOOL.name:
-                query, limit = search_args(args, 5)
-                facts = self.recall(query, session_id=self._current_session, limit=limit)
-                return _ok(results=facts, count=len(facts))
-            question = args.get("query")
-            if not isinstance(question, str) or not question.strip():
-                return _err("'query' is required: the question to answer from memory")
-            bank = self._bank(self._current_session)
-            answer = self._call("reflect", lambda c: c.areflect(bank_id=bank, query=redact_secrets(question),
-                                                                budget=self.settings.recall_budget))
-            return _ok(answer=getattr(answer, "text", None) or str(answer))
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.warning("hindsight tool %r failed: %s", name, exc)
-            return _err(f"{name} failed: {exc}")
+        # Every failure is reported as "<tool> failed: <message>": the server's errors are explained already.
+        return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="hindsight", expected=(Exception,))
+
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        offered = {t.name for t in self.tool_schemas()}
+        if name not in offered:
+            return _err(f"unknown tool {name!r}; Hindsight provides {', '.join(sorted(offered)) or 'no tools here'}")
+        if name == RETAIN_TOOL.name:
+            content, tags = _retain_tool_args(args)
+            result = self.retain(content, context="saved by the agent with hindsight_retain", tags=tags)
+            return _ok(retained=True, bank_id=result["bank_id"])
+        if name == RECALL_TOOL.name:
+            query, limit = search_args(args, 5)
+            facts = self.recall(query, session_id=self._current_session, limit=limit)
+            return _ok(results=facts, count=len(facts))
+        question = args.get("query")
+        if not isinstance(question, str) or not question.strip():
+            return _err("'query' is required: the question to answer from memory")
+        bank = self._bank(self._current_session)
+        answer = self._call("reflect", lambda c: c.areflect(bank_id=bank, query=redact_secrets(question),
+                                                            budget=self.settings.recall_budget))
+        return _ok(answer=getattr(answer, "text", None) or str(answer))
 
     # -- health -----------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -591,12 +556,7 @@ async def _recall_or_empty(client: Any, bank: str, args: dict[str, Any]) -> Any:
 
 def _safe(value: str) -> str:
     """A bank-id-safe form of a user or session id (long or odd ids keep a short hash, so they stay distinct)."""
-    value = value or ""
-    clean = _SAFE_ID.sub("_", value).strip("_")
-    if clean != value or len(clean) > 48:
-        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:10]
-        clean = f"{clean[:36]}_{digest}" if clean else digest
-    return clean
+    return hashed_id(value or "", _SAFE_ID, max_len=48, keep=36, digest=10, strip="_")
 
 
 def _retain_tool_args(args: dict[str, Any]) -> tuple[str, list[str]]:

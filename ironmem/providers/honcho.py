@@ -31,20 +31,16 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
-import os
 import re
-import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from ..core.errors import ConfigError, ExternalServiceError
-from ..core.provider import MemoryProvider, ToolSchema
-from ._hosted import Failure, HostedService, clip_text, is_local_url, mask_secret, merge_hermes_file
+from ..core.provider import ToolSchema
+from ._base import hashed_id
+from ._hosted import Failure, HostedProvider, HostedService, clip_text, is_local_url, merge_hermes_file
 from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
@@ -113,10 +109,7 @@ def safe_id(value: str, *, what: str = "id") -> str:
     text = str(value or "").strip()
     if not text:
         raise ValueError(f"empty {what}")
-    clean = _ID_RE.sub("_", text)
-    if clean != text or len(clean) > 200:
-        clean = f"{clean[:180]}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
-    return clean
+    return hashed_id(text, _ID_RE, max_len=200, keep=180, digest=12, sep="-")
 
 
 class HonchoSettings(BaseModel):
@@ -208,7 +201,7 @@ def _classify(exc: BaseException) -> Failure:
     return Failure("error", detail=f"{type(exc).__name__}: {detail}")
 
 
-class HonchoProvider(MemoryProvider):
+class HonchoProvider(HostedProvider[HonchoSettings]):
     """Honcho memory through the official SDK: recall from the user's messages and Honcho's model of the user.
 
     Args:
@@ -225,50 +218,27 @@ class HonchoProvider(MemoryProvider):
     """
 
     name = "honcho"
+    requires = ("honcho", "the honcho-ai SDK is not installed: pip install 'ironmem[honcho]'")
     settings_model: ClassVar[type[BaseModel]] = HonchoSettings
     env_aliases: ClassVar[dict[str, str]] = {"api_key": KEY_ENV, "base_url": "HONCHO_BASE_URL"}
+    env_options = ("api_key",)
 
     def __init__(self, *, settings: HonchoSettings | None = None, **options: Any) -> None:
-        if settings is None:
-            if options.get("api_key") is None and "apiKey" not in options and os.environ.get(KEY_ENV):
-                options["api_key"] = os.environ[KEY_ENV]
-            try:
-                settings = HonchoSettings(**options)
-            except ValueError as exc:
-                raise ConfigError(f"honcho: {exc}") from exc
-        elif options:
-            raise TypeError("pass either settings=... or keyword options, not both")
-        self.settings = settings
-        self._lock = threading.RLock()
-        self._client: Any = None
-        self._http: Any = None
+        super().__init__(settings=settings, **options)
         self._peers: dict[str, Any] = {}
         self._sessions: dict[str, Any] = {}
-        self._users: dict[str, str] = {}
-        self._current_user = safe_id(settings.peer_name, what="peer_name")
-        self._unsent_dir: Path | None = None
+        self._current_user = safe_id(self.settings.peer_name, what="peer_name")
         self.service = HostedService(
-            "Honcho", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=settings.timeout,
-            max_pending=settings.max_pending_writes,
+            "Honcho", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=self.settings.timeout,
+            max_pending=self.settings.max_pending_writes,
         )
 
     # -- config ---------------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, settings: HonchoSettings, *, home: Path) -> HonchoProvider:
-        """Build from the ``honcho`` config section (no request is sent until the first session uses it)."""
-        return cls(settings=settings)
-
-    @classmethod
     def from_hermes_config(cls, path: str | Path = "~/.hermes/honcho.json", *, host: str = "hermes",
                            **overrides: Any) -> HonchoProvider:
         """Build from a Hermes ``honcho.json`` (root values, overridden by ``hosts.<host>``, then ``overrides``)."""
-        data: dict[str, Any] = {"config_file": str(path), "host": host, **overrides}
-        if "api_key" not in data and os.environ.get(KEY_ENV):
-            data["api_key"] = os.environ[KEY_ENV]
-        try:
-            return cls(settings=HonchoSettings(**data))
-        except ValueError as exc:
-            raise ConfigError(f"honcho: {exc}") from exc
+        return cls._from_file({"config_file": str(path), "host": host, **overrides})
 
     @property
     def base_url(self) -> str:
@@ -279,25 +249,12 @@ class HonchoProvider(MemoryProvider):
         return DEFAULT_BASE_URL
 
     # -- contract -------------------------------------------------------------------------------
-    @property
-    def unavailable_reason(self) -> str:
-        if importlib.util.find_spec("honcho") is None:
-            return "the honcho-ai SDK is not installed: pip install 'ironmem[honcho]'"
-        return ""
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
-
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = safe_id(str(ctx.get("user_id") or self.settings.peer_name), what="user_id")
         with self._lock:
             self._users[session_id] = user
             self._current_user = user
-            first = self._unsent_dir is None and bool(ctx.get("home"))
-            if first:
-                self._unsent_dir = Path(str(ctx["home"])) / "honcho"
-        if first and self._unsent_dir is not None:
-            self.service.claim_unsent(self._unsent_dir, self._replay)
+        self._claim_saved_writes(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         if self.settings.recall_mode == "context":
@@ -473,50 +430,34 @@ class HonchoProvider(MemoryProvider):
                 removed += 1
         return removed
 
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.service.flush()
-        finally:
-            with self._lock:
-                self._users.pop(session_id, None)
-                self._sessions.pop(safe_id(session_id), None)
+    def _forget_session(self, session_id: str) -> None:
+        super()._forget_session(session_id)
+        self._sessions.pop(safe_id(session_id), None)
 
-    def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if name not in self.settings.tools or name not in HONCHO_TOOLS or self.settings.recall_mode == "context":
-                return _err(f"unknown tool {name!r}; Honcho provides {', '.join(s.name for s in self.tool_schemas())}")
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            if name == "honcho_search":
-                query, limit = search_args(args, self.settings.top_k)
-                hits = self.search(query, limit=limit)
-                return _ok(results=hits, count=len(hits))
-            if name == "honcho_profile":
-                card = self.profile()
-                return _ok(profile=card, count=len(card))
-            if name == "honcho_context":
-                focus = args.get("query")
-                if focus is not None and not isinstance(focus, str):
-                    return _err("'query' must be a string (or left out)")
-                return _ok(**self.context(focus))
-            if name == "honcho_reasoning":
-                question = args.get("query")
-                if not isinstance(question, str) or not question.strip():
-                    return _err("'query' is required: the question about the user")
-                peer = self._peer(self._current_user)
-                asked = clip_text(question, 10000)
-                answer = self.service.call("reasoning", lambda: peer.chat(asked))
-                return _ok(answer=answer or "")
-            if name == "honcho_conclude":
-                return self._conclude_tool(args)
-            return _err(f"unknown tool {name!r}")
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except ExternalServiceError as exc:
-            return _err(str(exc), retry_after=exc.retry_after) if exc.retry_after else _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.exception("honcho tool %r failed", name)
-            return _err(f"{name} failed: {type(exc).__name__}: {exc}")
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        if name == "honcho_search":
+            query, limit = search_args(args, self.settings.top_k)
+            hits = self.search(query, limit=limit)
+            return _ok(results=hits, count=len(hits))
+        if name == "honcho_profile":
+            card = self.profile()
+            return _ok(profile=card, count=len(card))
+        if name == "honcho_context":
+            focus = args.get("query")
+            if focus is not None and not isinstance(focus, str):
+                return _err("'query' must be a string (or left out)")
+            return _ok(**self.context(focus))
+        if name == "honcho_reasoning":
+            question = args.get("query")
+            if not isinstance(question, str) or not question.strip():
+                return _err("'query' is required: the question about the user")
+            peer = self._peer(self._current_user)
+            asked = clip_text(question, 10000)
+            answer = self.service.call("reasoning", lambda: peer.chat(asked))
+            return _ok(answer=answer or "")
+        if name == "honcho_conclude":
+            return self._conclude_tool(args)
+        return _err(f"unknown tool {name!r}")
 
     def _conclude_tool(self, args: dict[str, Any]) -> str:
         content, delete_id = args.get("content"), args.get("delete_id")
@@ -533,35 +474,16 @@ class HonchoProvider(MemoryProvider):
         return _ok(created=self.conclude(content))
 
     # -- status ---------------------------------------------------------------------------------
-    def status_info(self) -> dict[str, Any]:
-        """Configuration (the key masked) and the service's state as last seen; sends no request."""
+    def _config_info(self) -> dict[str, Any]:
         s = self.settings
-        config: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": mask_secret(s.api_key.get_secret_value() if s.api_key else None),
-            "workspace": s.workspace, "ai_peer": s.ai_peer, "recall_mode": s.recall_mode, "recall": list(s.recall),
-            "save_messages": s.save_messages, "tools": [t.name for t in self.tool_schemas()],
-            "timeout_s": s.timeout,
-        }
-        if s.config_file:
-            config["config_file"] = s.config_file
-        if s.ignored_keys:
-            config["ignored_keys"] = list(s.ignored_keys)
-        return {"config": config, "service": self.service.snapshot()}
+        return {"workspace": s.workspace, "ai_peer": s.ai_peer, "recall_mode": s.recall_mode, "recall": list(s.recall),
+                "save_messages": s.save_messages, "tools": [t.name for t in self.tool_schemas()]}
 
     def shutdown(self) -> None:
-        if self.service.pending_writes:
-            try:
-                self.service.flush()
-            except ExternalServiceError:
-                if self._unsent_dir is not None:
-                    self.service.save_unsent(self._unsent_dir)
+        super().shutdown()
         with self._lock:
-            http, self._http, self._client = self._http, None, None
             self._peers.clear()
             self._sessions.clear()
-        if http is not None:
-            http.close()
 
     def __repr__(self) -> str:
         return f"<HonchoProvider url={self.base_url!r} workspace={self.settings.workspace!r}>"

@@ -33,8 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import re
 import threading
@@ -46,9 +44,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from ..core.errors import ProviderUnavailableError
-from ..core.provider import MemoryProvider, ToolSchema
+from ..core.provider import ToolSchema
 from ..core.security import redact_secrets
-from ._tools import MAX_LIMIT, ToolArgumentError, search_args
+from ._base import ProviderBase, ServerErrors, hashed_id, http_url, merged_settings, turn_text
+from ._tools import MAX_LIMIT, ToolArgumentError, run_tool, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -60,17 +59,8 @@ DEFAULT_URL = "http://127.0.0.1:1933"
 _SAFE = re.compile(r"[^A-Za-z0-9_\-]+")
 _URI = re.compile(r"^viking://[^\s?#]+$")
 
-SEARCH_TOOL = ToolSchema(
-    name="viking_search",
-    description="Semantic search of long-term memory (OpenViking) for facts about the user and past conversations.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What to look for, in natural language."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Maximum results (default 5)."},
-        },
-        "required": ["query"],
-    },
+SEARCH_TOOL = search_schema(
+    "viking_search", "Semantic search of long-term memory (OpenViking) for facts about the user and past conversations."
 )
 READ_TOOL = ToolSchema(
     name="viking_read",
@@ -112,6 +102,10 @@ ALL_TOOLS = (SEARCH_TOOL, READ_TOOL, BROWSE_TOOL, REMEMBER_TOOL, FORGET_TOOL)
 
 class OpenVikingUnavailableError(ProviderUnavailableError):
     """The OpenViking server could not be reached or refused a call; the message says which and what to do."""
+
+
+_ERRORS = ServerErrors("OpenViking", OpenVikingUnavailableError, "openviking.url", "docs/providers/openviking.md",
+                       frozenset({"ConnectError", "RemoteProtocolError", "ReadError", "WriteError"}))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -172,9 +166,7 @@ class OpenVikingSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s/]+", value or ""):
-            raise ValueError(f"url must be an http(s) URL such as {DEFAULT_URL}, got {value!r}")
-        return value.rstrip("/")
+        return http_url(value, "url", DEFAULT_URL)
 
     @field_validator("memory_root")
     @classmethod
@@ -199,7 +191,7 @@ class OpenVikingSettings(BaseModel):
 # --------------------------------------------------------------------------------------------------
 # The provider
 # --------------------------------------------------------------------------------------------------
-class OpenVikingProvider(MemoryProvider):
+class OpenVikingProvider(ProviderBase):
     """OpenViking memory over its HTTP API: recall with ``search/find``, turns and facts as memory files.
 
     Example:
@@ -208,6 +200,7 @@ class OpenVikingProvider(MemoryProvider):
     """
 
     name = "openviking"
+    requires = ("httpx", "httpx is not installed: pip install 'ironmem[openviking]'")
     settings_model: ClassVar[type[BaseModel]] = OpenVikingSettings
     env_aliases: ClassVar[dict[str, str]] = {
         "url": "OPENVIKING_URL",
@@ -218,11 +211,7 @@ class OpenVikingProvider(MemoryProvider):
     }
 
     def __init__(self, settings: OpenVikingSettings | None = None, **overrides: Any) -> None:
-        base = settings.model_dump() if settings is not None else {}
-        if settings is not None and settings.api_key is not None:
-            base["api_key"] = settings.api_key.get_secret_value()
-        base.update(overrides)
-        self.settings = OpenVikingSettings.model_validate(base)
+        self.settings = merged_settings(OpenVikingSettings, settings, overrides)
         self._client: Any = None
         self._lock = threading.RLock()
         self._users: dict[str, str] = {}
@@ -236,15 +225,6 @@ class OpenVikingProvider(MemoryProvider):
         return cls(settings)
 
     # -- contract -------------------------------------------------------------------------------
-    @property
-    def unavailable_reason(self) -> str:
-        if importlib.util.find_spec("httpx") is None:
-            return "httpx is not installed: pip install 'ironmem[openviking]'"
-        return ""
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
-
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = str(self.settings.user or ctx.get("user_id") or "default")
         with self._lock:
@@ -321,17 +301,7 @@ class OpenVikingProvider(MemoryProvider):
         return body.get("result") if isinstance(body, dict) and "result" in body else body
 
     def _explain(self, what: str, exc: BaseException) -> BaseException:
-        if isinstance(exc, OpenVikingUnavailableError):
-            return exc
-        kind = type(exc).__name__
-        if kind in ("ConnectError", "RemoteProtocolError", "ReadError", "WriteError"):
-            return OpenVikingUnavailableError(
-                f"OpenViking server at {self.settings.url} is not reachable during {what} ({kind}: {exc}); start it "
-                "(docs/providers/openviking.md) or fix openviking.url")
-        if "Timeout" in kind:
-            return OpenVikingUnavailableError(
-                f"OpenViking server at {self.settings.url} did not answer {what} within {self.settings.timeout:g}s")
-        return OpenVikingUnavailableError(f"OpenViking {what} failed: {kind}: {exc}")
+        return _ERRORS.explain(what, exc, url=self.settings.url, timeout=self.settings.timeout)
 
     # -- operations -----------------------------------------------------------------------------
     def write(self, content: str, *, session_id: str = "", kind: str = "facts") -> str:
@@ -392,9 +362,7 @@ class OpenVikingProvider(MemoryProvider):
         return [h["text"] for h in self.find(query, session_id=session_id)]
 
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
-        parts = [f"User: {user.strip()}" if (user or "").strip() else "",
-                 f"Assistant: {assistant.strip()}" if (assistant or "").strip() else ""]
-        text = "\n".join(p for p in parts if p)
+        text = turn_text(user, assistant, ("User", "Assistant"))
         if not text:
             return
         if self.settings.sync_turns:
@@ -431,42 +399,38 @@ class OpenVikingProvider(MemoryProvider):
 
     # -- tools ----------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            session = self._current_session
-            if name == SEARCH_TOOL.name:
-                query, limit = search_args(args, self.settings.recall_limit)
-                hits = self.find(query, session_id=session, limit=limit)
-                return _ok(results=hits, count=len(hits))
-            if name == REMEMBER_TOOL.name:
-                content = args.get("content")
-                if not isinstance(content, str) or not content.strip():
-                    return _err("'content' is required: the fact to remember")
-                return _ok(uri=self.write(content, session_id=session))
-            if name == READ_TOOL.name:
-                uri = self._readable(_uri_arg(args, "uri", required=True), session)
-                text = self.read(uri, session_id=session)
-                limit = self.settings.max_read_chars
-                return _ok(uri=uri, content=text[:limit], truncated=len(text) > limit)
-            if name == BROWSE_TOOL.name:
-                uri = self._readable(_uri_arg(args, "uri", required=False) or self.memory_root(self.user_of(session)),
-                                     session)
-                return _ok(uri=uri, items=self.browse(uri, session_id=session))
-            if name == FORGET_TOOL.name:
-                uri = _uri_arg(args, "uri", required=True)
-                if not self._in_scope(uri, session) or uri == self.memory_root(self.user_of(session)) \
-                        or not uri.endswith(".md"):
-                    return _err(f"viking_forget deletes one memory file under {self.memory_root(self.user_of(session))}"
-                                f"/ (a .md URI from viking_search); {uri!r} is not one")
-                self.forget(uri, session_id=session)
-                return _ok(forgotten=uri)
-            return _err(f"unknown tool {name!r}; OpenViking provides {', '.join(t.name for t in ALL_TOOLS)}")
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.warning("openviking tool %r failed: %s", name, exc)
-            return _err(f"{name} failed: {exc}")
+        # Every failure is reported as "<tool> failed: <message>": the server's errors are explained already.
+        return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="openviking", expected=(Exception,))
+
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        session = self._current_session
+        if name == SEARCH_TOOL.name:
+            query, limit = search_args(args, self.settings.recall_limit)
+            hits = self.find(query, session_id=session, limit=limit)
+            return _ok(results=hits, count=len(hits))
+        if name == REMEMBER_TOOL.name:
+            content = args.get("content")
+            if not isinstance(content, str) or not content.strip():
+                return _err("'content' is required: the fact to remember")
+            return _ok(uri=self.write(content, session_id=session))
+        if name == READ_TOOL.name:
+            uri = self._readable(_uri_arg(args, "uri", required=True), session)
+            text = self.read(uri, session_id=session)
+            limit = self.settings.max_read_chars
+            return _ok(uri=uri, content=text[:limit], truncated=len(text) > limit)
+        if name == BROWSE_TOOL.name:
+            uri = self._readable(_uri_arg(args, "uri", required=False) or self.memory_root(self.user_of(session)),
+                                 session)
+            return _ok(uri=uri, items=self.browse(uri, session_id=session))
+        if name == FORGET_TOOL.name:
+            uri = _uri_arg(args, "uri", required=True)
+            if not self._in_scope(uri, session) or uri == self.memory_root(self.user_of(session)) \
+                    or not uri.endswith(".md"):
+                return _err(f"viking_forget deletes one memory file under {self.memory_root(self.user_of(session))}"
+                            f"/ (a .md URI from viking_search); {uri!r} is not one")
+            self.forget(uri, session_id=session)
+            return _ok(forgotten=uri)
+        return _err(f"unknown tool {name!r}; OpenViking provides {', '.join(t.name for t in ALL_TOOLS)}")
 
     # -- health -----------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -495,12 +459,8 @@ class OpenVikingProvider(MemoryProvider):
 
 
 def _safe(value: str) -> str:
-    value = value or ""
-    clean = _SAFE.sub("_", value).strip("_")
-    if clean != value or len(clean) > 48:
-        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:10]
-        clean = f"{clean[:36]}_{digest}" if clean else digest
-    return clean or "default"
+    """A path-safe form of a user or session id (odd or long ids keep a short hash, so they stay distinct)."""
+    return hashed_id(value or "", _SAFE, max_len=48, keep=36, digest=10, strip="_") or "default"
 
 
 def _uri_arg(args: dict[str, Any], key: str, *, required: bool) -> str:

@@ -29,20 +29,16 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
-import os
 import re
-import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from ..core.errors import ConfigError, ExternalServiceError
-from ..core.provider import MemoryProvider, ToolSchema
-from ._hosted import Failure, HostedService, clip_text, mask_secret, merge_hermes_file
+from ..core.provider import ToolSchema
+from ._base import hashed_id, turn_text
+from ._hosted import Failure, HostedProvider, HostedService, clip_text, merge_hermes_file
 from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
@@ -212,7 +208,7 @@ def _need(obj: Any, attr: str) -> Any:
     return value
 
 
-class SupermemoryProvider(MemoryProvider):
+class SupermemoryProvider(HostedProvider[SupermemorySettings]):
     """Supermemory through the official SDK (v5): namespace per user, search recall, per-session documents.
 
     Args:
@@ -227,51 +223,26 @@ class SupermemoryProvider(MemoryProvider):
     """
 
     name = "supermemory"
+    requires = ("supermemory", "the supermemory SDK is not installed: pip install 'ironmem[supermemory]'")
     settings_model: ClassVar[type[BaseModel]] = SupermemorySettings
     env_aliases: ClassVar[dict[str, str]] = {"api_key": KEY_ENV, "base_url": "SUPERMEMORY_BASE_URL",
                                              "container_tag": "SUPERMEMORY_CONTAINER_TAG"}
+    env_options = ("api_key", "base_url", "container_tag")
 
     def __init__(self, *, settings: SupermemorySettings | None = None, **options: Any) -> None:
-        if settings is None:
-            for key, var in self.env_aliases.items():
-                if options.get(key) is None and os.environ.get(var):
-                    options[key] = os.environ[var]
-            try:
-                settings = SupermemorySettings(**options)
-            except ValueError as exc:
-                raise ConfigError(f"supermemory: {exc}") from exc
-        elif options:
-            raise TypeError("pass either settings=... or keyword options, not both")
-        self.settings = settings
-        self._lock = threading.RLock()
-        self._client: Any = None
-        self._http: Any = None
-        self._users: dict[str, str] = {}
+        super().__init__(settings=settings, **options)
         self._turns: dict[str, int] = {}
         self._current_user = "default"
-        self._unsent_dir: Path | None = None
         self.service = HostedService(
-            "Supermemory", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=settings.api_timeout,
-            max_pending=settings.max_pending_writes,
+            "Supermemory", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=self.settings.api_timeout,
+            max_pending=self.settings.max_pending_writes,
         )
 
     # -- config ---------------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, settings: SupermemorySettings, *, home: Path) -> SupermemoryProvider:
-        """Build from the ``supermemory`` config section (no request is sent until a session uses it)."""
-        return cls(settings=settings)
-
-    @classmethod
     def from_hermes_config(cls, path: str | Path = "~/.hermes/supermemory.json", **overrides: Any) -> SupermemoryProvider:
         """Build from a Hermes ``supermemory.json``; the key still comes from ``SUPERMEMORY_API_KEY``."""
-        data: dict[str, Any] = {"config_file": str(path), **overrides}
-        for key, var in cls.env_aliases.items():
-            if key not in data and os.environ.get(var):
-                data[key] = os.environ[var]
-        try:
-            return cls(settings=SupermemorySettings(**data))
-        except ValueError as exc:
-            raise ConfigError(f"supermemory: {exc}") from exc
+        return cls._from_file({"config_file": str(path), **overrides})
 
     @property
     def base_url(self) -> str:
@@ -282,32 +253,16 @@ class SupermemoryProvider(MemoryProvider):
         user = str(user_id or "default")
         raw = self.settings.container_tag.replace("{user_id}", user).replace("{user}", user)
         raw = raw.replace("{identity}", self.settings.identity)
-        clean = _NS_RE.sub("_", raw).strip("_") or "ironmem"
-        if clean != raw or len(clean) > 100:
-            clean = f"{clean[:80]}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:12]}"
-        return clean
+        return hashed_id(raw, _NS_RE, max_len=100, keep=80, digest=12, sep="-", strip="_", empty="ironmem")
 
     # -- contract -------------------------------------------------------------------------------
-    @property
-    def unavailable_reason(self) -> str:
-        if importlib.util.find_spec("supermemory") is None:
-            return "the supermemory SDK is not installed: pip install 'ironmem[supermemory]'"
-        return ""
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
-
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = str(ctx.get("user_id") or "default")
         with self._lock:
             self._users[session_id] = user
             self._current_user = user
             self._turns.setdefault(session_id, 0)
-            first = self._unsent_dir is None and bool(ctx.get("home"))
-            if first:
-                self._unsent_dir = Path(str(ctx["home"])) / "supermemory"
-        if first and self._unsent_dir is not None:
-            self.service.claim_unsent(self._unsent_dir, self._replay)
+        self._claim_saved_writes(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         return [SUPERMEMORY_TOOLS[name] for name in self.settings.tools]
@@ -412,20 +367,15 @@ class SupermemoryProvider(MemoryProvider):
         return items
 
     def _doc_id(self, session_id: str) -> str:
-        raw = f"ironmem-session-{session_id}"
-        clean = _DOC_RE.sub("_", raw)
-        if clean != raw or len(clean) > 200:
-            clean = f"{clean[:180]}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:12]}"
-        return clean
+        return hashed_id(f"ironmem-session-{session_id}", _DOC_RE, max_len=200, keep=180, digest=12, sep="-")
 
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
         if not self.settings.auto_capture:
             return
-        lines = [f"{role}: {text.strip()}" for role, text in (("user", user), ("assistant", assistant))
-                 if (text or "").strip()]
-        if not lines:
+        content = turn_text(user, assistant, ("user", "assistant"))
+        if not content:
             return
-        record = {"op": "store", "content": "\n".join(lines), "namespace": self._ns(session_id),
+        record = {"op": "store", "content": content, "namespace": self._ns(session_id),
                   "doc_id": self._doc_id(session_id), "metadata": {"type": "conversation", "session_id": session_id}}
         self.service.write("sync_turn", self._replay(record), record)
 
@@ -461,42 +411,26 @@ class SupermemoryProvider(MemoryProvider):
             self.forget(ids, namespace=namespace)
         return len(ids)
 
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.service.flush()
-        finally:
-            with self._lock:
-                self._users.pop(session_id, None)
-                self._turns.pop(session_id, None)
+    def _forget_session(self, session_id: str) -> None:
+        super()._forget_session(session_id)
+        self._turns.pop(session_id, None)
 
-    def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if name not in self.settings.tools:
-                return _err(f"unknown tool {name!r}; Supermemory provides {', '.join(self.settings.tools)}")
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            if name == "supermemory_search":
-                query, limit = search_args(args, self.settings.max_recall_results)
-                hits = self.search(query, limit=limit)
-                return _ok(results=hits, count=len(hits))
-            if name == "supermemory_store":
-                content = args.get("content")
-                if not isinstance(content, str) or not content.strip():
-                    return _err("'content' is required: the fact to remember")
-                doc = self.store(content, metadata={"type": "explicit_memory"})
-                return _ok(saved=True, id=doc, preview=clip_text(content, 80))
-            if name == "supermemory_forget":
-                return self._forget_tool(args)
-            if name == "supermemory_profile":
-                return _ok(**self.profile())
-            return _err(f"unknown tool {name!r}")
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except ExternalServiceError as exc:
-            return _err(str(exc), retry_after=exc.retry_after) if exc.retry_after else _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.exception("supermemory tool %r failed", name)
-            return _err(f"{name} failed: {type(exc).__name__}: {exc}")
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        if name == "supermemory_search":
+            query, limit = search_args(args, self.settings.max_recall_results)
+            hits = self.search(query, limit=limit)
+            return _ok(results=hits, count=len(hits))
+        if name == "supermemory_store":
+            content = args.get("content")
+            if not isinstance(content, str) or not content.strip():
+                return _err("'content' is required: the fact to remember")
+            doc = self.store(content, metadata={"type": "explicit_memory"})
+            return _ok(saved=True, id=doc, preview=clip_text(content, 80))
+        if name == "supermemory_forget":
+            return self._forget_tool(args)
+        if name == "supermemory_profile":
+            return _ok(**self.profile())
+        return _err(f"unknown tool {name!r}")
 
     def _forget_tool(self, args: dict[str, Any]) -> str:
         memory_id, query = args.get("id"), args.get("query")
@@ -521,33 +455,10 @@ class SupermemoryProvider(MemoryProvider):
         return _ok(forgotten=memory_id, **({"memory": forgotten_text} if forgotten_text else {}))
 
     # -- status ---------------------------------------------------------------------------------
-    def status_info(self) -> dict[str, Any]:
-        """Configuration (the key masked) and the service's state as last seen; sends no request."""
+    def _config_info(self) -> dict[str, Any]:
         s = self.settings
-        config: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": mask_secret(s.api_key.get_secret_value() if s.api_key else None),
-            "container_tag": s.container_tag, "namespace": self._ns(), "auto_recall": s.auto_recall,
-            "auto_capture": s.auto_capture, "search_mode": s.search_mode, "tools": list(s.tools),
-            "timeout_s": s.api_timeout,
-        }
-        if s.config_file:
-            config["config_file"] = s.config_file
-        if s.ignored_keys:
-            config["ignored_keys"] = list(s.ignored_keys)
-        return {"config": config, "service": self.service.snapshot()}
-
-    def shutdown(self) -> None:
-        if self.service.pending_writes:
-            try:
-                self.service.flush()
-            except ExternalServiceError:
-                if self._unsent_dir is not None:
-                    self.service.save_unsent(self._unsent_dir)
-        with self._lock:
-            http, self._http, self._client = self._http, None, None
-        if http is not None:
-            http.close()
+        return {"container_tag": s.container_tag, "namespace": self._ns(), "auto_recall": s.auto_recall,
+                "auto_capture": s.auto_capture, "search_mode": s.search_mode, "tools": list(s.tools)}
 
     def __repr__(self) -> str:
         return f"<SupermemoryProvider url={self.base_url!r} container_tag={self.settings.container_tag!r}>"
