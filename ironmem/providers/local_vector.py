@@ -31,11 +31,12 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import InvalidArgumentError, ProviderUnavailableError
-from ..core.provider import MemoryProvider, ToolSchema
+from ..core.provider import ToolSchema
+from ._base import ProviderBase
 from ._embedding import Embedder, as_embedder, describe_embedder
-from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
+from ._tools import run_tool, search_args, search_schema
 
 __all__ = ["LocalVectorProvider", "LocalVectorSettings", "sqlite_driver"]
 
@@ -143,7 +144,7 @@ class LocalVectorSettings(BaseModel):
 # --------------------------------------------------------------------------------------------------
 # Provider
 # --------------------------------------------------------------------------------------------------
-class LocalVectorProvider(MemoryProvider):
+class LocalVectorProvider(ProviderBase):
     """Vector memory in one SQLite file (sqlite-vec), with a pluggable embedder; 2 tools.
 
     ``embedder`` is a LangChain ``Embeddings``, a LlamaIndex embedding, or a callable
@@ -243,9 +244,6 @@ class LocalVectorProvider(MemoryProvider):
         if self._embedder is None:
             return "no embedder: LocalVectorProvider(embedder=...) needs a LangChain, LlamaIndex or callable embedder"
         return _missing_dependency()
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
 
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = str(ctx.get("user_id") or self.default_user_id)
@@ -453,34 +451,29 @@ class LocalVectorProvider(MemoryProvider):
                         conn.execute("DELETE FROM vectors WHERE rowid = ?", (mem_id,))
 
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            if name == SEARCH_TOOL.name:
-                query, limit = search_args(args, self.top_k)
-                hits = self.search(query, limit=limit)
-                return _ok(results=hits, count=len(hits))
-            if name == WRITE_TOOL.name:
-                action = args.get("action")
-                if action == "save":
-                    content = args.get("content")
-                    if not isinstance(content, str) or not content.strip():
-                        return _err("'content' is required for action=save: the fact to remember")
-                    return _ok(**self.add(content, source="tool"))
-                if action == "forget":
-                    mem_id = args.get("id")
-                    if isinstance(mem_id, bool) or not isinstance(mem_id, int):
-                        return _err("'id' (an integer from a search result) is required for action=forget")
-                    if not self.forget(mem_id):
-                        return _err(f"no memory with id {mem_id} for this user; search first to find the id")
-                    return _ok(forgotten=mem_id)
-                return _err(f"'action' must be 'save' or 'forget', got {action!r}")
-            return _err(f"unknown tool {name!r}; {self.name} provides {SEARCH_TOOL.name} and {WRITE_TOOL.name}")
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.exception("local_vector tool %r failed", name)
-            return _err(f"{name} failed: {type(exc).__name__}: {exc}")
+        return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="local_vector")
+
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        if name == SEARCH_TOOL.name:
+            query, limit = search_args(args, self.top_k)
+            hits = self.search(query, limit=limit)
+            return _ok(results=hits, count=len(hits))
+        if name == WRITE_TOOL.name:
+            action = args.get("action")
+            if action == "save":
+                content = args.get("content")
+                if not isinstance(content, str) or not content.strip():
+                    return _err("'content' is required for action=save: the fact to remember")
+                return _ok(**self.add(content, source="tool"))
+            if action == "forget":
+                mem_id = args.get("id")
+                if isinstance(mem_id, bool) or not isinstance(mem_id, int):
+                    return _err("'id' (an integer from a search result) is required for action=forget")
+                if not self.forget(mem_id):
+                    return _err(f"no memory with id {mem_id} for this user; search first to find the id")
+                return _ok(forgotten=mem_id)
+            return _err(f"'action' must be 'save' or 'forget', got {action!r}")
+        return _err(f"unknown tool {name!r}; {self.name} provides {SEARCH_TOOL.name} and {WRITE_TOOL.name}")
 
     def on_session_end(self, session_id: str) -> None:
         with self._lock:

@@ -41,11 +41,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ..core.errors import InvalidArgumentError, ProviderUnavailableError
-from ..core.provider import MemoryProvider, ToolSchema
+from ..core.provider import ToolSchema
+from ._base import ProviderBase
 from ._embedding import Embedder, as_embedder
-from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
+from ._tools import run_tool, search_args, search_schema
 
 __all__ = ["Mem0Provider", "Mem0Settings"]
 
@@ -287,7 +288,7 @@ class Mem0Settings(BaseModel):
 # --------------------------------------------------------------------------------------------------
 # Provider
 # --------------------------------------------------------------------------------------------------
-class Mem0Provider(MemoryProvider):
+class Mem0Provider(ProviderBase):
     """Mem0 memory: ``mem0_search``, ``mem0_add``, ``mem0_forget``; recall = top-k search per user message.
 
     Args:
@@ -436,9 +437,6 @@ class Mem0Provider(MemoryProvider):
             if importlib.util.find_spec("langchain") is None:
                 return "mem0's langchain embedder needs the langchain package: pip install 'ironmem[langchain]'"
         return ""
-
-    def is_available(self) -> bool:
-        return not self.unavailable_reason
 
     def initialize(self, session_id: str, **ctx: Any) -> None:
         user = str(ctx.get("user_id") or self.default_user_id)
@@ -618,32 +616,27 @@ class Mem0Provider(MemoryProvider):
                         backend.delete(item["id"])
 
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
-        try:
-            if not isinstance(args, dict):
-                return _err(f"arguments for {name!r} must be a JSON object")
-            if name == SEARCH_TOOL.name:
-                query, limit = search_args(args, self.top_k)
-                hits = self.search(query, limit=limit)
-                return _ok(results=hits, count=len(hits))
-            if name == ADD_TOOL.name:
-                content = args.get("content")
-                if not isinstance(content, str) or not content.strip():
-                    return _err("'content' is required: the fact to remember")
-                items = self.add(content, source="tool")
-                return _ok(results=[{"id": i.get("id"), "memory": i.get("memory"), "event": i.get("event")} for i in items])
-            if name == FORGET_TOOL.name:
-                memory_id = args.get("memory_id")
-                if not isinstance(memory_id, str) or not memory_id.strip():
-                    return _err("'memory_id' is required: the id from a mem0_search result")
-                if not self.forget(memory_id.strip()):
-                    return _err(f"no memory with id {memory_id!r} for this user; search first to find the id")
-                return _ok(forgotten=memory_id)
-            return _err(f"unknown tool {name!r}; mem0 provides mem0_search, mem0_add and mem0_forget")
-        except ToolArgumentError as exc:
-            return _err(str(exc))
-        except Exception as exc:  # a tool result, never an exception, goes back to the model
-            log.exception("mem0 tool %r failed", name)
-            return _err(f"{name} failed: {type(exc).__name__}: {exc}")
+        return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="mem0")
+
+    def _tool(self, name: str, args: dict[str, Any]) -> str:
+        if name == SEARCH_TOOL.name:
+            query, limit = search_args(args, self.top_k)
+            hits = self.search(query, limit=limit)
+            return _ok(results=hits, count=len(hits))
+        if name == ADD_TOOL.name:
+            content = args.get("content")
+            if not isinstance(content, str) or not content.strip():
+                return _err("'content' is required: the fact to remember")
+            items = self.add(content, source="tool")
+            return _ok(results=[{"id": i.get("id"), "memory": i.get("memory"), "event": i.get("event")} for i in items])
+        if name == FORGET_TOOL.name:
+            memory_id = args.get("memory_id")
+            if not isinstance(memory_id, str) or not memory_id.strip():
+                return _err("'memory_id' is required: the id from a mem0_search result")
+            if not self.forget(memory_id.strip()):
+                return _err(f"no memory with id {memory_id!r} for this user; search first to find the id")
+            return _ok(forgotten=memory_id)
+        return _err(f"unknown tool {name!r}; mem0 provides mem0_search, mem0_add and mem0_forget")
 
     def on_session_end(self, session_id: str) -> None:
         with self._lock:
