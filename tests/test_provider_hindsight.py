@@ -5,28 +5,32 @@ The server tests skip with the reason when the server venv is missing (``bash to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("hindsight_client")
 
-from servers import DelayProxy, EmbeddingServer, HindsightServer, ServerUnavailable, free_port
+from servers import (
+    EmbeddingServer,
+    HindsightServer,
+    name_for,
+    scenario_earlier_session,
+    scenario_langchain,
+    scenario_secrets,
+    scenario_server_down,
+    scenario_server_killed,
+    scenario_slow_server,
+    started,
+)
 
 from ironmem import ConfigError, MemoryManager
 from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
 from ironmem.core.config import load_config, manager_from_config
 from ironmem.providers.hindsight import HindsightProvider, HindsightSettings
 from ironmem.testing.provider_contract import ProviderContract
-
-
-def bank_of(path: Path) -> str:
-    """A bank name unique to one test folder, so tests sharing the server never see each other's facts."""
-    return "t" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -87,19 +91,7 @@ def test_config_section_in_the_article_and_hermes_shape(tmp_path: Path, monkeypa
 
 
 def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=dead, timeout=5),
-                       prefetch_timeout=5) as manager:
-        session = manager.start_session("down", user_id="u1")
-        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
-        recall = session.prefetch("What tea do I like?")
-        assert "hindsight" not in {i.source for i in recall.items} and "green tea" in recall.fenced()
-        status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
-        assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
-        assert status["details"]["url"] == dead
-        result = json.loads(session.handle_tool_call("hindsight_recall", {"query": "tea"}))
-        assert result["success"] is False and "not reachable" in result["error"]
-        session.end()
+    scenario_server_down(tmp_path, lambda url: HindsightProvider(api_url=url, timeout=5), "hindsight_recall")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -111,16 +103,16 @@ class TestHindsightContract(ProviderContract):
         self.server = hindsight_server
 
     def make_provider(self, tmp_path: Path) -> HindsightProvider:
-        return HindsightProvider(api_url=self.server.url, bank_id=bank_of(tmp_path))
+        return HindsightProvider(api_url=self.server.url, bank_id=name_for(tmp_path))
 
 
 def test_retain_recall_tools_and_mirrored_writes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path))
     with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
         session = manager.start_session("s1", user_id="ada")
         stored = json.loads(session.handle_tool_call(
             "hindsight_retain", {"content": "Ada's sister Grace lives in Lisbon", "tags": ["family"]}))
-        assert stored == {"success": True, "retained": True, "bank_id": f"{bank_of(tmp_path)}-ada"}
+        assert stored == {"success": True, "retained": True, "bank_id": f"{name_for(tmp_path)}-ada"}
         session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ada is vegetarian"})
         manager.drain()
         found = json.loads(session.handle_tool_call("hindsight_recall", {"query": "Where does Grace live?"}))
@@ -136,22 +128,13 @@ def test_retain_recall_tools_and_mirrored_writes(hindsight_server: HindsightServ
 
 
 def test_secrets_are_masked_before_they_reach_the_server(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
-    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
-        session = manager.start_session("s1", user_id="ada")
-        session.sync_turn(f"My deploy key for the billing service is {secret}", "I will keep it safe.")
-        session.end()
-    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))  # the manager shut the first
-    provider.initialize("s2", user_id="ada")
-    facts = provider.recall("deploy key for the billing service", session_id="s2", limit=10)
-    provider.shutdown()
-    assert facts and all(secret not in f["text"] for f in facts)
-    assert any("billing service" in f["text"] for f in facts)
+    scenario_secrets(tmp_path, lambda: HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)),
+                     "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2,
+                     lambda provider, query: [f["text"] for f in provider.recall(query, session_id="s2", limit=10)])
 
 
 def test_every_n_turns_buffers_and_session_end_flushes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path), retain_every_n_turns=3)
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path), retain_every_n_turns=3)
     provider.initialize("s1", user_id="bo")
     provider.sync_turn("My boat is called Petrel", "Nice name.", session_id="s1")
     assert provider.recall("What is my boat called?", session_id="s1") == []
@@ -163,7 +146,7 @@ def test_every_n_turns_buffers_and_session_end_flushes(hindsight_server: Hindsig
 
 
 async def test_async_twins_run_on_the_callers_loop(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=bank_of(tmp_path))
+    provider = HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path))
     provider.initialize("s1", user_id="cy")
     await provider.async_turn("I keep bees in my garden in Ghent", "Lovely.", session_id="s1")
     recalled = await provider.aprefetch("Where do I keep bees?", session_id="s1")
@@ -174,84 +157,20 @@ async def test_async_twins_run_on_the_callers_loop(hindsight_server: HindsightSe
 
 def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(hindsight_server: HindsightServer,
                                                                  tmp_path: Path) -> None:
-    bank = bank_of(tmp_path)
-    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
-                       prefetch_timeout=30) as manager:
-        first = manager.start_session("monday", user_id="dee")
-        first.sync_turn("My daughter's piano recital is on the 14th of June", "I'll remember that.")
-        first.end()
-    # A new process would build a new manager and provider: nothing is shared but the server.
-    with MemoryManager(home=tmp_path / "home2", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
-                       prefetch_timeout=30) as manager:
-        second = manager.start_session("tuesday", user_id="dee")
-        recall = second.prefetch("When is the piano recital?")
-        fenced = recall.fenced()
-        assert fenced.startswith("<memory-context>") and "14th of June" in fenced
-        assert any(i.source == "hindsight" and "recital" in i.text for i in recall.items)
-        second.end()
+    scenario_earlier_session(tmp_path, lambda: HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)))
 
 
 def test_end_to_end_through_the_langchain_middleware(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    pytest.importorskip("langchain.agents")
-    from langchain.agents import create_agent
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from ironmem.adapters.langchain import IronMemoryMiddleware
-    from ironmem.testing.langchain import ScriptedChatModel
-
-    bank = bank_of(tmp_path)
-    with MemoryManager(home=tmp_path / "home", external=HindsightProvider(api_url=hindsight_server.url, bank_id=bank),
-                       prefetch_timeout=30) as manager:
-        model = ScriptedChatModel(["Noted: the spare key is under the blue flowerpot.", "Under the blue flowerpot."])
-        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
-        agent.invoke({"messages": [("user", "The spare house key is under the blue flowerpot.")]},
-                     {"configurable": {"thread_id": "one"}})
-        manager.drain()
-        agent.invoke({"messages": [("user", "Where did I leave the spare key?")]},
-                     {"configurable": {"thread_id": "two"}})
-        last = [m for m in model.requests[-1].messages if m.type == "human"][-1].text
-        assert last.startswith("<memory-context>") and "blue flowerpot" in last
-        names = model.requests[-1].tool_names
-        assert "hindsight_recall" in names and "hindsight_retain" in names
+    scenario_langchain(tmp_path, HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)),
+                       {"hindsight_recall", "hindsight_retain"})
 
 
 def test_slow_server_past_the_prefetch_timeout(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    with DelayProxy(hindsight_server.port, delay=4.0) as proxy:
-        provider = HindsightProvider(api_url=proxy.url, bank_id=bank_of(tmp_path), timeout=20)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=1.0) as manager:
-            session = manager.start_session("slow", user_id="eve")
-            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Deploys run on Fridays"})
-            started = time.monotonic()
-            recall = session.prefetch("When do deploys run?")
-            assert time.monotonic() - started < 3.0
-            assert "Fridays" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
-            status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
-            assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
-            session.end()
+    scenario_slow_server(tmp_path, hindsight_server,
+                         lambda url: HindsightProvider(api_url=url, bank_id=name_for(tmp_path), timeout=20))
 
 
 def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: Path) -> None:
-    try:
-        server = HindsightServer(embedding_server)
-        server.__enter__()
-    except ServerUnavailable as exc:
-        pytest.skip(f"hindsight server unavailable: {exc}")
-    try:
-        provider = HindsightProvider(api_url=server.url, bank_id=bank_of(tmp_path), timeout=60)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
-            session = manager.start_session("crash", user_id="fay")
-            session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
-            manager.drain()
-            assert any(i.source == "hindsight" for i in session.prefetch("wifi password hint").items)
-            server.kill()
-            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Router is in the attic"})
-            recall = session.prefetch("Where is the router?")
-            assert "attic" in recall.fenced() and "hindsight" not in {i.source for i in recall.items}
-            session.sync_turn("Thanks", "Any time.")  # queued in the background; fails there, not here
-            assert manager.drain(30)
-            status = {p["name"]: p for p in manager.status()["providers"]}["hindsight"]
-            assert status["state"] == "degraded" and "not reachable" in status["reason"]
-            assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
-            session.end()
-    finally:
-        server.__exit__(None, None, None)
+    with started(HindsightServer(embedding_server)) as server:
+        scenario_server_killed(tmp_path, server,
+                               lambda url: HindsightProvider(api_url=url, bank_id=name_for(tmp_path), timeout=60))

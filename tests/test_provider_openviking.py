@@ -5,27 +5,31 @@ The server tests skip with the reason when the server venv is missing (``bash to
 
 from __future__ import annotations
 
-import hashlib
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("httpx")
 
-from servers import DelayProxy, EmbeddingServer, OpenVikingServer, ServerUnavailable, free_port
+from servers import (
+    EmbeddingServer,
+    OpenVikingServer,
+    name_for,
+    scenario_earlier_session,
+    scenario_langchain,
+    scenario_secrets,
+    scenario_server_down,
+    scenario_server_killed,
+    scenario_slow_server,
+    started,
+)
 
 from ironmem import ConfigError, MemoryManager
 from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
 from ironmem.core.config import load_config, manager_from_config
 from ironmem.providers.openviking import OpenVikingProvider, OpenVikingSettings
 from ironmem.testing.provider_contract import ProviderContract
-
-
-def folder_of(path: Path) -> str:
-    """A memory folder unique to one test, so tests sharing the server never see each other's files."""
-    return "t" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -72,19 +76,7 @@ def test_all_five_tools_fit_the_default_budget() -> None:
 
 
 def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with MemoryManager(home=tmp_path / "home", external=OpenVikingProvider(url=dead, timeout=5),
-                       prefetch_timeout=5) as manager:
-        session = manager.start_session("down", user_id="u1")
-        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
-        recall = session.prefetch("What tea do I like?")
-        assert "openviking" not in {i.source for i in recall.items} and "green tea" in recall.fenced()
-        status = {p["name"]: p for p in manager.status()["providers"]}["openviking"]
-        assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
-        assert status["details"]["url"] == dead
-        result = json.loads(session.handle_tool_call("viking_search", {"query": "tea"}))
-        assert result["success"] is False and "not reachable" in result["error"]
-        session.end()
+    scenario_server_down(tmp_path, lambda url: OpenVikingProvider(url=url, timeout=5), "viking_search")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,15 +88,15 @@ class TestOpenVikingContract(ProviderContract):
         self.server = openviking_server
 
     def make_provider(self, tmp_path: Path) -> OpenVikingProvider:
-        return OpenVikingProvider(url=self.server.url, folder=folder_of(tmp_path))
+        return OpenVikingProvider(url=self.server.url, folder=name_for(tmp_path))
 
 
 def test_tools_against_the_server(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    provider = OpenVikingProvider(url=openviking_server.url, folder=folder_of(tmp_path))
+    provider = OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path))
     with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
         session = manager.start_session("s1", user_id="ada")
         stored = json.loads(session.handle_tool_call("viking_remember", {"content": "Ada's sister Grace lives in Lisbon"}))
-        assert stored["success"] and stored["uri"].startswith(f"viking://user/ada/memories/{folder_of(tmp_path)}/")
+        assert stored["success"] and stored["uri"].startswith(f"viking://user/ada/memories/{name_for(tmp_path)}/")
         session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ada is vegetarian"})
         manager.drain()
         found = json.loads(session.handle_tool_call("viking_search", {"query": "Where does Grace live?"}))
@@ -128,22 +120,14 @@ def test_tools_against_the_server(openviking_server: OpenVikingServer, tmp_path:
 
 
 def test_secrets_are_masked_before_they_reach_the_server(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    provider = OpenVikingProvider(url=openviking_server.url, folder=folder_of(tmp_path))
-    secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
-        session = manager.start_session("s1", user_id="ada")
-        session.sync_turn(f"The token for the CI bot is {secret}", "Stored.")
-        session.end()
-    provider = OpenVikingProvider(url=openviking_server.url, folder=folder_of(tmp_path))
-    provider.initialize("s2", user_id="ada")
-    hits = provider.find("token for the CI bot", session_id="s2", limit=10)
-    provider.shutdown()
-    assert hits and all(secret not in h["text"] for h in hits) and any("CI bot" in h["text"] for h in hits)
+    scenario_secrets(tmp_path, lambda: OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)),
+                     "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2,
+                     lambda provider, query: [h["text"] for h in provider.find(query, session_id="s2", limit=10)])
 
 
 def test_session_commit_sends_the_turns_to_an_openviking_session(openviking_server: OpenVikingServer,
                                                                  tmp_path: Path) -> None:
-    provider = OpenVikingProvider(url=openviking_server.url, folder=folder_of(tmp_path), session_commit=True)
+    provider = OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path), session_commit=True)
     provider.initialize("s1", user_id="ivy")
     provider.sync_turn("I am training for the Berlin marathon", "Good luck!", session_id="s1")
     ov_session = provider._sessions["s1"]
@@ -158,83 +142,20 @@ def test_session_commit_sends_the_turns_to_an_openviking_session(openviking_serv
 
 def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(openviking_server: OpenVikingServer,
                                                                  tmp_path: Path) -> None:
-    folder = folder_of(tmp_path)
-    with MemoryManager(home=tmp_path / "home", external=OpenVikingProvider(url=openviking_server.url, folder=folder),
-                       prefetch_timeout=30) as manager:
-        first = manager.start_session("monday", user_id="dee")
-        first.sync_turn("My daughter's piano recital is on the 14th of June", "I'll remember that.")
-        first.end()
-    with MemoryManager(home=tmp_path / "home2", external=OpenVikingProvider(url=openviking_server.url, folder=folder),
-                       prefetch_timeout=30) as manager:
-        second = manager.start_session("tuesday", user_id="dee")
-        recall = second.prefetch("When is the piano recital?")
-        assert recall.fenced().startswith("<memory-context>") and "14th of June" in recall.fenced()
-        assert any(i.source == "openviking" and "recital" in i.text for i in recall.items)
-        other = manager.start_session("tuesday-other", user_id="someone-else")
-        assert not any(i.source == "openviking" for i in other.prefetch("When is the piano recital?").items)
-        other.end()
-        second.end()
+    scenario_earlier_session(tmp_path, lambda: OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)))
 
 
 def test_end_to_end_through_the_langchain_middleware(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    pytest.importorskip("langchain.agents")
-    from langchain.agents import create_agent
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from ironmem.adapters.langchain import IronMemoryMiddleware
-    from ironmem.testing.langchain import ScriptedChatModel
-
-    provider = OpenVikingProvider(url=openviking_server.url, folder=folder_of(tmp_path))
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
-        model = ScriptedChatModel(["Noted: the spare key is under the blue flowerpot.", "Under the blue flowerpot."])
-        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
-        agent.invoke({"messages": [("user", "The spare house key is under the blue flowerpot.")]},
-                     {"configurable": {"thread_id": "one"}})
-        manager.drain()
-        agent.invoke({"messages": [("user", "Where did I leave the spare key?")]},
-                     {"configurable": {"thread_id": "two"}})
-        last = [m for m in model.requests[-1].messages if m.type == "human"][-1].text
-        assert last.startswith("<memory-context>") and "blue flowerpot" in last
-        assert {"viking_search", "viking_remember"} <= set(model.requests[-1].tool_names)
+    scenario_langchain(tmp_path, OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)),
+                       {"viking_search", "viking_remember"})
 
 
 def test_slow_server_past_the_prefetch_timeout(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    with DelayProxy(openviking_server.port, delay=4.0) as proxy:
-        provider = OpenVikingProvider(url=proxy.url, folder=folder_of(tmp_path), timeout=20)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=1.0) as manager:
-            session = manager.start_session("slow", user_id="eve")
-            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Deploys run on Fridays"})
-            started = time.monotonic()
-            recall = session.prefetch("When do deploys run?")
-            assert time.monotonic() - started < 3.0
-            assert "Fridays" in recall.fenced() and "openviking" not in {i.source for i in recall.items}
-            status = {p["name"]: p for p in manager.status()["providers"]}["openviking"]
-            assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
-            session.end()
+    scenario_slow_server(tmp_path, openviking_server,
+                         lambda url: OpenVikingProvider(url=url, folder=name_for(tmp_path), timeout=20))
 
 
 def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: Path) -> None:
-    try:
-        server = OpenVikingServer(embedding_server)
-        server.__enter__()
-    except ServerUnavailable as exc:
-        pytest.skip(f"openviking server unavailable: {exc}")
-    try:
-        provider = OpenVikingProvider(url=server.url, folder=folder_of(tmp_path), timeout=60)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
-            session = manager.start_session("crash", user_id="fay")
-            session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
-            manager.drain()
-            assert any(i.source == "openviking" for i in session.prefetch("wifi password hint").items)
-            server.kill()
-            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Router is in the attic"})
-            recall = session.prefetch("Where is the router?")
-            assert "attic" in recall.fenced() and "openviking" not in {i.source for i in recall.items}
-            session.sync_turn("Thanks", "Any time.")
-            assert manager.drain(30)
-            status = {p["name"]: p for p in manager.status()["providers"]}["openviking"]
-            assert status["state"] == "degraded" and "not reachable" in status["reason"]
-            assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
-            session.end()
-    finally:
-        server.__exit__(None, None, None)
+    with started(OpenVikingServer(embedding_server)) as server:
+        scenario_server_killed(tmp_path, server,
+                               lambda url: OpenVikingProvider(url=url, folder=name_for(tmp_path), timeout=60))
