@@ -13,9 +13,8 @@ stopped (context managers; pytest fixtures use them). A server whose venv is abs
   embedding server above as an OpenAI-style dense embedder, no VLM).
 - :class:`DelayProxy`: a loopback TCP proxy that holds each connection for ``delay`` seconds (slow-server tests).
 
-The scenarios at the end (``scenario_*``) are what the Hindsight and OpenViking tests check alike: a provider
-``make(url)`` for a server at ``url``, run through a real :class:`~ironmem.MemoryManager`. Each test module keeps
-its provider's own cases and calls these for the shared ones.
+:class:`ServerScenarios`, at the end, is what the Hindsight and OpenViking tests check alike; each test module
+subclasses it and keeps its provider's own cases.
 """
 
 from __future__ import annotations
@@ -35,14 +34,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ironmem import MemoryManager
 from ironmem.core.provider import MemoryProvider
-
-MakeProvider = Callable[[str], MemoryProvider]
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("IRONMEM_VENVS", "/opt/ironmem-venvs"))
@@ -382,8 +381,6 @@ def running(server: _Process) -> Iterator[Any]:
 @contextlib.contextmanager
 def started(server: _Process) -> Iterator[Any]:
     """A test's own ``server``, running, then stopped; the test is skipped, with the reason, if it cannot run here."""
-    import pytest
-
     try:
         server.__enter__()
     except ServerUnavailable as exc:
@@ -411,116 +408,134 @@ def _sources(recall: Any) -> set[str]:
     return {item.source for item in recall.items}
 
 
-def scenario_server_down(tmp_path: Path, make: MakeProvider, search_tool: str) -> None:
-    """No server at start: the turn goes on with the built-in layer, status and the search tool say why."""
-    dead = f"http://127.0.0.1:{free_port()}"
-    provider = make(dead)
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=5) as manager:
-        session = manager.start_session("down", user_id="u1")
-        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
-        recall = session.prefetch("What tea do I like?")
-        assert provider.name not in _sources(recall) and "green tea" in recall.fenced()
-        status = provider_status(manager, provider.name)
-        assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
-        assert status["details"]["url"] == dead
-        result = json.loads(session.handle_tool_call(search_tool, {"query": "tea"}))
-        assert result["success"] is False and "not reachable" in result["error"]
-        session.end()
+class ServerScenarios:
+    """What every provider of a server that runs elsewhere must do, as tests: subclass it as ``Test...`` in the
+    provider's test module and fill in the class attributes and :meth:`make`.
 
+    Every scenario runs through a real :class:`~ironmem.MemoryManager`; the server is the session's shared one
+    (the fixture named ``server_fixture``), except in the server-down test (no server) and the killed-server test
+    (a server of its own).
+    """
 
-def scenario_secrets(tmp_path: Path, make: Callable[[], MemoryProvider], secret: str,
-                     lookup: Callable[[Any, str], list[str]]) -> None:
-    """A secret said in a turn never reaches the server; the rest of the turn does (``lookup(provider, query)``
-    returns the stored texts a new provider finds)."""
-    with MemoryManager(home=tmp_path / "home", external=make(), prefetch_timeout=30) as manager:
-        session = manager.start_session("s1", user_id="ada")
-        session.sync_turn(f"My deploy key for the billing service is {secret}", "I will keep it safe.")
-        session.end()
-    provider = make()  # the manager shut the first one
-    provider.initialize("s2", user_id="ada")
-    texts = lookup(provider, "deploy key for the billing service")
-    provider.shutdown()
-    assert texts and all(secret not in text for text in texts)
-    assert any("billing service" in text for text in texts)
+    server_class: type[_Process]
+    server_fixture: str  # the session fixture of a running server_class
+    search_tool: str  # the tool that searches the server
+    tools: frozenset[str]  # tools the model is offered by default
+    secret: str  # a secret the redaction must catch before it reaches the server
 
+    def make(self, url: str, tmp_path: Path, **options: Any) -> MemoryProvider:
+        """A new provider for the server at ``url``, its data under a name unique to ``tmp_path``."""
+        raise NotImplementedError
 
-def scenario_earlier_session(tmp_path: Path, make: Callable[[], MemoryProvider]) -> None:
-    """A fact from a session of an earlier process is in the next one's fence, and only for its user."""
-    with MemoryManager(home=tmp_path / "home", external=make(), prefetch_timeout=30) as manager:
-        first = manager.start_session("monday", user_id="dee")
-        first.sync_turn("My daughter's piano recital is on the 14th of June", "I'll remember that.")
-        first.end()
-    # A new process would build a new manager and provider: nothing is shared but the server.
-    with MemoryManager(home=tmp_path / "home2", external=(provider := make()), prefetch_timeout=30) as manager:
-        second = manager.start_session("tuesday", user_id="dee")
-        recall = second.prefetch("When is the piano recital?")
-        assert recall.fenced().startswith("<memory-context>") and "14th of June" in recall.fenced()
-        assert any(i.source == provider.name and "recital" in i.text for i in recall.items)
-        other = manager.start_session("tuesday-other", user_id="someone-else")
-        assert provider.name not in _sources(other.prefetch("When is the piano recital?"))
-        other.end()
-        second.end()
+    def stored_texts(self, provider: Any, query: str) -> list[str]:
+        """What a fresh provider (session ``s2``) finds on the server for ``query``."""
+        raise NotImplementedError
 
+    @pytest.fixture
+    def server(self, request: pytest.FixtureRequest) -> _Process:
+        return request.getfixturevalue(self.server_fixture)
 
-def scenario_langchain(tmp_path: Path, provider: MemoryProvider, tools: set[str]) -> None:
-    """Through the LangChain middleware: a fact told in one thread is in the fence of the next; ``tools`` offered."""
-    import pytest
-
-    pytest.importorskip("langchain.agents")
-    from langchain.agents import create_agent
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from ironmem.adapters.langchain import IronMemoryMiddleware
-    from ironmem.testing.langchain import ScriptedChatModel
-
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30) as manager:
-        model = ScriptedChatModel(["Noted: the spare key is under the blue flowerpot.", "Under the blue flowerpot."])
-        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
-        agent.invoke({"messages": [("user", "The spare house key is under the blue flowerpot.")]},
-                     {"configurable": {"thread_id": "one"}})
-        manager.drain()
-        agent.invoke({"messages": [("user", "Where did I leave the spare key?")]},
-                     {"configurable": {"thread_id": "two"}})
-        last = [m for m in model.requests[-1].messages if m.type == "human"][-1].text
-        assert last.startswith("<memory-context>") and "blue flowerpot" in last
-        assert tools <= set(model.requests[-1].tool_names)
-
-
-def scenario_slow_server(tmp_path: Path, server: _Process, make: MakeProvider) -> None:
-    """A server slower than the prefetch timeout: the turn waits no longer than that, status says so."""
-    with DelayProxy(server.port, delay=4.0) as proxy:
-        provider = make(proxy.url)
-        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=1.0) as manager:
-            session = manager.start_session("slow", user_id="eve")
-            session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Deploys run on Fridays"})
-            started_at = time.monotonic()
-            recall = session.prefetch("When do deploys run?")
-            assert time.monotonic() - started_at < 3.0
-            assert "Fridays" in recall.fenced() and provider.name not in _sources(recall)
+    def test_server_down_at_start_the_turn_goes_on_and_status_says_why(self, tmp_path: Path) -> None:
+        dead = f"http://127.0.0.1:{free_port()}"
+        provider = self.make(dead, tmp_path, timeout=5)
+        with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=5) as manager:
+            session = manager.start_session("down", user_id="u1")
+            session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Prefers green tea"})
+            recall = session.prefetch("What tea do I like?")
+            assert provider.name not in _sources(recall) and "green tea" in recall.fenced()
             status = provider_status(manager, provider.name)
-            assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
+            assert status["state"] == "degraded" and "not reachable" in status["reason"] and dead in status["reason"]
+            assert status["details"]["url"] == dead
+            result = json.loads(session.handle_tool_call(self.search_tool, {"query": "tea"}))
+            assert result["success"] is False and "not reachable" in result["error"]
             session.end()
 
+    def test_secrets_are_masked_before_they_reach_the_server(self, server: _Process, tmp_path: Path) -> None:
+        with MemoryManager(home=tmp_path / "home", external=self.make(server.url, tmp_path),
+                           prefetch_timeout=30) as manager:
+            session = manager.start_session("s1", user_id="ada")
+            session.sync_turn(f"My deploy key for the billing service is {self.secret}", "I will keep it safe.")
+            session.end()
+        provider = self.make(server.url, tmp_path)  # the manager shut the first one
+        provider.initialize("s2", user_id="ada")
+        texts = self.stored_texts(provider, "deploy key for the billing service")
+        provider.shutdown()
+        assert texts and all(self.secret not in text for text in texts)
+        assert any("billing service" in text for text in texts)
 
-def scenario_server_killed(tmp_path: Path, server: _Process, make: MakeProvider) -> None:
-    """The server dies mid-session (``server`` is the test's own, see :func:`started`): recall and writes
-    degrade, the turn goes on."""
-    provider = make(server.url)
-    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
-        session = manager.start_session("crash", user_id="fay")
-        session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
-        manager.drain()
-        assert provider.name in _sources(session.prefetch("wifi password hint"))
-        server.kill()
-        session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Router is in the attic"})
-        recall = session.prefetch("Where is the router?")
-        assert "attic" in recall.fenced() and provider.name not in _sources(recall)
-        session.sync_turn("Thanks", "Any time.")  # queued in the background; fails there, not here
-        assert manager.drain(30)
-        status = provider_status(manager, provider.name)
-        assert status["state"] == "degraded" and "not reachable" in status["reason"]
-        assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
-        session.end()
+    def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(self, server: _Process, tmp_path: Path) -> None:
+        with MemoryManager(home=tmp_path / "home", external=self.make(server.url, tmp_path),
+                           prefetch_timeout=30) as manager:
+            first = manager.start_session("monday", user_id="dee")
+            first.sync_turn("My daughter's piano recital is on the 14th of June", "I'll remember that.")
+            first.end()
+        # A new process would build a new manager and provider: nothing is shared but the server.
+        provider = self.make(server.url, tmp_path)
+        with MemoryManager(home=tmp_path / "home2", external=provider, prefetch_timeout=30) as manager:
+            second = manager.start_session("tuesday", user_id="dee")
+            recall = second.prefetch("When is the piano recital?")
+            assert recall.fenced().startswith("<memory-context>") and "14th of June" in recall.fenced()
+            assert any(i.source == provider.name and "recital" in i.text for i in recall.items)
+            other = manager.start_session("tuesday-other", user_id="someone-else")
+            assert provider.name not in _sources(other.prefetch("When is the piano recital?"))
+            other.end()
+            second.end()
+
+    def test_end_to_end_through_the_langchain_middleware(self, server: _Process, tmp_path: Path) -> None:
+        pytest.importorskip("langchain.agents")
+        from langchain.agents import create_agent
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from ironmem.adapters.langchain import IronMemoryMiddleware
+        from ironmem.testing.langchain import ScriptedChatModel
+
+        with MemoryManager(home=tmp_path / "home", external=self.make(server.url, tmp_path),
+                           prefetch_timeout=30) as manager:
+            model = ScriptedChatModel(["Noted: the spare key is under the blue flowerpot.", "Under the blue flowerpot."])
+            agent = create_agent(model, middleware=[IronMemoryMiddleware(manager)], checkpointer=InMemorySaver())
+            agent.invoke({"messages": [("user", "The spare house key is under the blue flowerpot.")]},
+                         {"configurable": {"thread_id": "one"}})
+            manager.drain()
+            agent.invoke({"messages": [("user", "Where did I leave the spare key?")]},
+                         {"configurable": {"thread_id": "two"}})
+            last = [m for m in model.requests[-1].messages if m.type == "human"][-1].text
+            assert last.startswith("<memory-context>") and "blue flowerpot" in last
+            assert self.tools <= set(model.requests[-1].tool_names)
+
+    def test_slow_server_past_the_prefetch_timeout(self, server: _Process, tmp_path: Path) -> None:
+        with DelayProxy(server.port, delay=4.0) as proxy:
+            provider = self.make(proxy.url, tmp_path, timeout=20)
+            with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=1.0) as manager:
+                session = manager.start_session("slow", user_id="eve")
+                session.handle_tool_call("memory", {"action": "add", "target": "memory",
+                                                    "content": "Deploys run on Fridays"})
+                started_at = time.monotonic()
+                recall = session.prefetch("When do deploys run?")
+                assert time.monotonic() - started_at < 3.0
+                assert "Fridays" in recall.fenced() and provider.name not in _sources(recall)
+                status = provider_status(manager, provider.name)
+                assert status["state"] == "degraded" and "prefetch timed out after 1s" in status["reason"]
+                session.end()
+
+    def test_server_killed_mid_session(self, embedding_server: EmbeddingServer, tmp_path: Path) -> None:
+        with started(self.server_class(embedding_server)) as server:  # type: ignore[call-arg]
+            provider = self.make(server.url, tmp_path, timeout=60)
+            with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=60) as manager:
+                session = manager.start_session("crash", user_id="fay")
+                session.sync_turn("Our wifi password hint is the cat's name", "Got it.")
+                manager.drain()
+                assert provider.name in _sources(session.prefetch("wifi password hint"))
+                server.kill()
+                session.handle_tool_call("memory", {"action": "add", "target": "memory",
+                                                    "content": "Router is in the attic"})
+                recall = session.prefetch("Where is the router?")
+                assert "attic" in recall.fenced() and provider.name not in _sources(recall)
+                session.sync_turn("Thanks", "Any time.")  # queued in the background; fails there, not here
+                assert manager.drain(30)
+                status = provider_status(manager, provider.name)
+                assert status["state"] == "degraded" and "not reachable" in status["reason"]
+                assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
+                session.end()
 
 
 if __name__ == "__main__":  # manual use: python tests/servers.py hindsight|openviking

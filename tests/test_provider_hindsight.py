@@ -8,23 +8,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("hindsight_client")
 
-from servers import (
-    EmbeddingServer,
-    HindsightServer,
-    name_for,
-    scenario_earlier_session,
-    scenario_langchain,
-    scenario_secrets,
-    scenario_server_down,
-    scenario_server_killed,
-    scenario_slow_server,
-    started,
-)
+from servers import HindsightServer, ServerScenarios, name_for
 
 from ironmem import ConfigError, MemoryManager
 from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
@@ -90,10 +80,6 @@ def test_config_section_in_the_article_and_hermes_shape(tmp_path: Path, monkeypa
         manager_from_config(path).close()
 
 
-def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Path) -> None:
-    scenario_server_down(tmp_path, lambda url: HindsightProvider(api_url=url, timeout=5), "hindsight_recall")
-
-
 # --------------------------------------------------------------------------------------------------
 # Against the real server
 # --------------------------------------------------------------------------------------------------
@@ -104,6 +90,20 @@ class TestHindsightContract(ProviderContract):
 
     def make_provider(self, tmp_path: Path) -> HindsightProvider:
         return HindsightProvider(api_url=self.server.url, bank_id=name_for(tmp_path))
+
+
+class TestHindsightScenarios(ServerScenarios):
+    server_class = HindsightServer
+    server_fixture = "hindsight_server"
+    search_tool = "hindsight_recall"
+    tools = frozenset({"hindsight_recall", "hindsight_retain"})
+    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+
+    def make(self, url: str, tmp_path: Path, **options: Any) -> HindsightProvider:
+        return HindsightProvider(api_url=url, bank_id=name_for(tmp_path), **options)
+
+    def stored_texts(self, provider: HindsightProvider, query: str) -> list[str]:
+        return [fact["text"] for fact in provider.recall(query, session_id="s2", limit=10)]
 
 
 def test_retain_recall_tools_and_mirrored_writes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
@@ -127,12 +127,6 @@ def test_retain_recall_tools_and_mirrored_writes(hindsight_server: HindsightServ
         assert provider.health()["ok"] is True
 
 
-def test_secrets_are_masked_before_they_reach_the_server(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    scenario_secrets(tmp_path, lambda: HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)),
-                     "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2,
-                     lambda provider, query: [f["text"] for f in provider.recall(query, session_id="s2", limit=10)])
-
-
 def test_every_n_turns_buffers_and_session_end_flushes(hindsight_server: HindsightServer, tmp_path: Path) -> None:
     provider = HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path), retain_every_n_turns=3)
     provider.initialize("s1", user_id="bo")
@@ -153,24 +147,3 @@ async def test_async_twins_run_on_the_callers_loop(hindsight_server: HindsightSe
     assert any("bees" in text for text in recalled)
     assert json.loads(await provider.ahandle_tool_call("hindsight_recall", {"query": "bees"}))["success"]
     provider.shutdown()
-
-
-def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(hindsight_server: HindsightServer,
-                                                                 tmp_path: Path) -> None:
-    scenario_earlier_session(tmp_path, lambda: HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)))
-
-
-def test_end_to_end_through_the_langchain_middleware(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    scenario_langchain(tmp_path, HindsightProvider(api_url=hindsight_server.url, bank_id=name_for(tmp_path)),
-                       {"hindsight_recall", "hindsight_retain"})
-
-
-def test_slow_server_past_the_prefetch_timeout(hindsight_server: HindsightServer, tmp_path: Path) -> None:
-    scenario_slow_server(tmp_path, hindsight_server,
-                         lambda url: HindsightProvider(api_url=url, bank_id=name_for(tmp_path), timeout=20))
-
-
-def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: Path) -> None:
-    with started(HindsightServer(embedding_server)) as server:
-        scenario_server_killed(tmp_path, server,
-                               lambda url: HindsightProvider(api_url=url, bank_id=name_for(tmp_path), timeout=60))

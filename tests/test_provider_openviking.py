@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("httpx")
 
-from servers import (
-    EmbeddingServer,
-    OpenVikingServer,
-    name_for,
-    scenario_earlier_session,
-    scenario_langchain,
-    scenario_secrets,
-    scenario_server_down,
-    scenario_server_killed,
-    scenario_slow_server,
-    started,
-)
+from servers import OpenVikingServer, ServerScenarios, name_for
 
 from ironmem import ConfigError, MemoryManager
 from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
@@ -75,10 +65,6 @@ def test_all_five_tools_fit_the_default_budget() -> None:
     assert measure_tools(tools, DEFAULT_TOOL_BUDGET).fits
 
 
-def test_server_down_at_start_the_turn_goes_on_and_status_says_why(tmp_path: Path) -> None:
-    scenario_server_down(tmp_path, lambda url: OpenVikingProvider(url=url, timeout=5), "viking_search")
-
-
 # --------------------------------------------------------------------------------------------------
 # Against the real server
 # --------------------------------------------------------------------------------------------------
@@ -89,6 +75,20 @@ class TestOpenVikingContract(ProviderContract):
 
     def make_provider(self, tmp_path: Path) -> OpenVikingProvider:
         return OpenVikingProvider(url=self.server.url, folder=name_for(tmp_path))
+
+
+class TestOpenVikingScenarios(ServerScenarios):
+    server_class = OpenVikingServer
+    server_fixture = "openviking_server"
+    search_tool = "viking_search"
+    tools = frozenset({"viking_search", "viking_remember"})
+    secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
+
+    def make(self, url: str, tmp_path: Path, **options: Any) -> OpenVikingProvider:
+        return OpenVikingProvider(url=url, folder=name_for(tmp_path), **options)
+
+    def stored_texts(self, provider: OpenVikingProvider, query: str) -> list[str]:
+        return [hit["text"] for hit in provider.find(query, session_id="s2", limit=10)]
 
 
 def test_tools_against_the_server(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
@@ -119,12 +119,6 @@ def test_tools_against_the_server(openviking_server: OpenVikingServer, tmp_path:
         assert provider.health()["ok"] is True
 
 
-def test_secrets_are_masked_before_they_reach_the_server(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    scenario_secrets(tmp_path, lambda: OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)),
-                     "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2,
-                     lambda provider, query: [h["text"] for h in provider.find(query, session_id="s2", limit=10)])
-
-
 def test_session_commit_sends_the_turns_to_an_openviking_session(openviking_server: OpenVikingServer,
                                                                  tmp_path: Path) -> None:
     provider = OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path), session_commit=True)
@@ -138,24 +132,3 @@ def test_session_commit_sends_the_turns_to_an_openviking_session(openviking_serv
                        headers={"X-OpenViking-User": "ivy"}, timeout=30).json()
     assert detail["status"] == "ok"
     provider.shutdown()
-
-
-def test_end_to_end_fact_from_an_earlier_session_is_in_the_fence(openviking_server: OpenVikingServer,
-                                                                 tmp_path: Path) -> None:
-    scenario_earlier_session(tmp_path, lambda: OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)))
-
-
-def test_end_to_end_through_the_langchain_middleware(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    scenario_langchain(tmp_path, OpenVikingProvider(url=openviking_server.url, folder=name_for(tmp_path)),
-                       {"viking_search", "viking_remember"})
-
-
-def test_slow_server_past_the_prefetch_timeout(openviking_server: OpenVikingServer, tmp_path: Path) -> None:
-    scenario_slow_server(tmp_path, openviking_server,
-                         lambda url: OpenVikingProvider(url=url, folder=name_for(tmp_path), timeout=20))
-
-
-def test_server_killed_mid_session(embedding_server: EmbeddingServer, tmp_path: Path) -> None:
-    with started(OpenVikingServer(embedding_server)) as server:
-        scenario_server_killed(tmp_path, server,
-                               lambda url: OpenVikingProvider(url=url, folder=name_for(tmp_path), timeout=60))
