@@ -13,8 +13,9 @@ stopped (context managers; pytest fixtures use them). A server whose venv is abs
   embedding server above as an OpenAI-style dense embedder, no VLM).
 - :class:`DelayProxy`: a loopback TCP proxy that holds each connection for ``delay`` seconds (slow-server tests).
 
-:class:`ServerScenarios`, at the end, is what the Hindsight and OpenViking tests check alike; each test module
-subclasses it and keeps its provider's own cases.
+:class:`ServerScenarios`, at the end, is what the Hindsight and OpenViking tests check alike, and
+:class:`HostedScenarios` what the Honcho and Supermemory tests (against a loopback stub of the service's API)
+check alike; each test module subclasses one and keeps its provider's own cases.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import pytest
 
 from ironmem import MemoryManager
 from ironmem.core.provider import MemoryProvider
+from ironmem.testing.openapi_stub import Fault, StubServer
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("IRONMEM_VENVS", "/opt/ironmem-venvs"))
@@ -536,6 +538,87 @@ class ServerScenarios:
                 assert status["state"] == "degraded" and "not reachable" in status["reason"]
                 assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
                 session.end()
+
+
+# --------------------------------------------------------------------------------------------------
+# Scenarios shared by the hosted-service provider tests (Honcho, Supermemory), against a stub of the API
+# --------------------------------------------------------------------------------------------------
+def checked_stub(server: StubServer, api: str) -> Iterator[StubServer]:
+    """A pytest fixture's body: ``server`` running; at the end, stopped, and no request or answer broke ``api``'s
+    description."""
+    server.start()
+    yield server
+    server.stop()
+    assert server.violations == [], f"requests or answers that do not match the {api} API description"
+
+
+def hosted_manager(tmp_path: Path, provider: MemoryProvider) -> MemoryManager:
+    """A manager on ``tmp_path/home`` with ``provider`` as its external provider (checked: it was accepted)."""
+    manager = MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=5.0)
+    assert manager.external is provider
+    return manager
+
+
+def cli_status(cfg: Path, *extra: str, clear_env: str) -> tuple[int, str, str]:
+    """``ironmem --config cfg status ...`` in a new process, without ``IRONMEM_*`` or ``clear_env*`` variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith((clear_env, "IRONMEM_"))}
+    proc = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(cfg), "status", *extra],
+                          check=False, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class HostedScenarios:
+    """What every hosted-service provider must do, as tests: subclass it as ``Test...`` in the provider's test
+    module (which provides the ``stub`` fixture, a running stub of the service's API) and fill in the class
+    attributes, :meth:`make` and :meth:`user_turns`."""
+
+    key_env: str  # the variable that holds the API key
+    wrong_key: str  # a key the stub refuses
+    search_tool: str
+    add_operation: str  # the API operation a turn's write calls
+    rate_limit_body: dict[str, Any]  # the service's body of a 429 answer
+
+    def make(self, stub: StubServer, **options: Any) -> Any:
+        """A provider for ``stub``, with the right key unless ``options`` give one."""
+        raise NotImplementedError
+
+    def user_turns(self, stub: StubServer, user: str) -> list[str]:
+        """The user's side of the turns the service stored for ``user``, in order."""
+        raise NotImplementedError
+
+    def test_bad_key_401_turn_goes_on_and_status_names_the_variable(self, stub: StubServer, tmp_path: Path) -> None:
+        with hosted_manager(tmp_path, provider := self.make(stub, api_key=self.wrong_key)) as manager:
+            session = manager.start_session("s-401", user_id="alice")
+            session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Alice drinks tea"})
+            assert "Alice drinks tea" in session.prefetch("what do I drink?").fenced()  # the built-in layer answers
+            entry = provider_status(manager, provider.name)
+            assert entry["state"] == "degraded" and entry["service"]["state"] == "failing"
+            assert "HTTP 401" in entry["reason"] and self.key_env in entry["reason"]
+            result = json.loads(session.handle_tool_call(self.search_tool, {"query": "tea"}))
+            assert result["success"] is False and self.key_env in result["error"]
+            session.end()
+        assert self.wrong_key not in json.dumps(entry)
+        assert all(e.status == 401 for e in stub.calls())
+
+    def test_429_honours_retry_after_queues_writes_and_sends_them_in_order(self, stub: StubServer) -> None:
+        provider = self.make(stub)
+        provider.initialize("s-429", user_id="bob")
+        provider.sync_turn("first turn about kayaks", "ok", session_id="s-429")
+        stub.inject(Fault(429, self.rate_limit_body, {"Retry-After": "1"}, operation=self.add_operation))
+        with pytest.raises(Exception, match="HTTP 429"):
+            provider.sync_turn("second turn about canoes", "ok", session_id="s-429")
+        before = len(stub.calls())
+        with pytest.raises(Exception, match="rate limited"):
+            provider.sync_turn("third turn about rafts", "ok", session_id="s-429")
+        assert len(stub.calls()) == before  # nothing sent while the service asked us to wait
+        snap = provider.status_info()["service"]
+        assert snap["state"] == "rate_limited" and snap["pending_writes"] == 2 and 0 < snap["retry_after_s"] <= 1
+        time.sleep(1.1)
+        provider.sync_turn("fourth turn about sails", "ok", session_id="s-429")
+        assert self.user_turns(stub, "bob") == ["first turn about kayaks", "second turn about canoes",
+                                                "third turn about rafts", "fourth turn about sails"]
+        assert provider.status_info()["service"]["state"] == "ok"
+        provider.shutdown()
 
 
 if __name__ == "__main__":  # manual use: python tests/servers.py hindsight|openviking

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 pytest.importorskip("honcho")
+
+from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status
 
 from ironmem import MemoryManager
 from ironmem.core.config import load_config, manager_from_config, provider_class
@@ -33,17 +34,15 @@ from ironmem.testing.provider_contract import ProviderContract
 
 SPEC = Path(__file__).parent / "data" / "openapi" / "honcho-v3.openapi.json"
 KEY = "hch-test-0123456789abcdef"
+ADD_MESSAGES = "create_messages_for_session_v3_workspaces__workspace_id__sessions__session_id__messages_post"
 
 if not SPEC.is_file():  # pragma: no cover - see tests/data/openapi/README.md
     pytest.skip(f"the vendored Honcho API description is missing ({SPEC})", allow_module_level=True)
 
 
 @pytest.fixture
-def stub() -> StubServer:
-    server = honcho_stub(SPEC, api_key=KEY).start()
-    yield server
-    server.stop()
-    assert server.violations == [], "requests or answers that do not match the Honcho API description"
+def stub() -> Iterator[StubServer]:
+    yield from checked_stub(honcho_stub(SPEC, api_key=KEY), "Honcho")
 
 
 def make(stub: StubServer, **options: object) -> HonchoProvider:
@@ -67,6 +66,20 @@ class TestHonchoContract(ProviderContract):
 
     def make_provider(self, tmp_path: Path) -> HonchoProvider:
         return make(self.stub)
+
+
+class TestHonchoScenarios(HostedScenarios):
+    key_env = "HONCHO_API_KEY"
+    wrong_key = "hch-wrong-key-000000000"
+    search_tool = "honcho_search"
+    add_operation = ADD_MESSAGES
+    rate_limit_body = {"detail": "slow down"}
+
+    def make(self, stub: StubServer, **options: object) -> HonchoProvider:
+        return make(stub, **options)
+
+    def user_turns(self, stub: StubServer, user: str) -> list[str]:
+        return [m["content"] for m in fake(stub).messages if m["peer_id"] == user]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,66 +143,15 @@ def test_the_stub_rejects_requests_and_answers_that_break_the_description(stub: 
 # --------------------------------------------------------------------------------------------------
 # Failures: the turn goes on, status explains
 # --------------------------------------------------------------------------------------------------
-def _manager(tmp_path: Path, provider: HonchoProvider, **kw: object) -> MemoryManager:
-    manager = MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=kw.pop("prefetch_timeout", 5.0),
-                            **kw)
-    assert manager.external is provider
-    return manager
-
-
-def _entry(manager: MemoryManager) -> dict:
-    return next(p for p in manager.status()["providers"] if p["name"] == "honcho")
-
-
-def test_bad_key_401_turn_goes_on_and_status_names_the_variable(stub: StubServer, tmp_path: Path) -> None:
-    with _manager(tmp_path, make(stub, api_key="hch-wrong-key-000000000")) as manager:
-        session = manager.start_session("s-401", user_id="alice")
-        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Alice drinks tea"})
-        recall = session.prefetch("what do I drink?")
-        assert "Alice drinks tea" in recall.fenced()  # the built-in layer still answers
-        entry = _entry(manager)
-        assert entry["state"] == "degraded"
-        assert "HTTP 401" in entry["reason"] and "HONCHO_API_KEY" in entry["reason"]
-        assert entry["service"]["state"] == "failing"
-        result = json.loads(session.handle_tool_call("honcho_search", {"query": "tea"}))
-        assert result["success"] is False and "HONCHO_API_KEY" in result["error"]
-        session.end()
-    assert "hch-wrong-key-000000000" not in json.dumps(entry)
-    assert all(e.status == 401 for e in stub.calls())
-
-
-def test_429_honours_retry_after_queues_writes_and_sends_them_in_order(stub: StubServer, tmp_path: Path) -> None:
-    provider = make(stub)
-    provider.initialize("s-429", user_id="bob")
-    provider.sync_turn("first turn about kayaks", "ok", session_id="s-429")  # creates the session
-    stub.inject(Fault(429, {"detail": "slow down"}, {"Retry-After": "1"},
-                      operation="create_messages_for_session_v3_workspaces__workspace_id__sessions__session_id__messages_post"))
-    with pytest.raises(Exception, match="HTTP 429"):
-        provider.sync_turn("second turn about canoes", "ok", session_id="s-429")
-    before = len(stub.calls())
-    with pytest.raises(Exception, match="rate limited"):
-        provider.sync_turn("third turn about rafts", "ok", session_id="s-429")
-    assert len(stub.calls()) == before  # nothing sent while the service asked us to wait
-    snap = provider.status_info()["service"]
-    assert snap["state"] == "rate_limited" and snap["pending_writes"] == 2 and 0 < snap["retry_after_s"] <= 1
-    time.sleep(1.1)
-    provider.sync_turn("fourth turn about sails", "ok", session_id="s-429")
-    users = [m["content"] for m in fake(stub).messages if m["peer_id"] == "bob"]
-    assert users == ["first turn about kayaks", "second turn about canoes", "third turn about rafts",
-                     "fourth turn about sails"]
-    assert provider.status_info()["service"]["state"] == "ok"
-    provider.shutdown()
-
-
 def test_429_during_recall_keeps_the_turn_fast_and_says_so(stub: StubServer, tmp_path: Path) -> None:
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("s-rl", user_id="carol")
         stub.inject(Fault(429, {"detail": "rate limit"}, {"Retry-After": "60"}, times=None))
         started = time.perf_counter()
         session.prefetch("anything?")
         session.prefetch("anything else?")
         assert time.perf_counter() - started < 3.0  # no SDK sleep for 60 s
-        entry = _entry(manager)
+        entry = provider_status(manager, "honcho")
         assert entry["state"] == "degraded" and "rate limited" in entry["reason"]
         assert entry["service"]["state"] == "rate_limited" and entry["service"]["retry_after_s"] > 50
         stub.clear_faults()
@@ -208,7 +170,7 @@ def test_429_during_recall_keeps_the_turn_fast_and_says_so(stub: StubServer, tmp
 )
 def test_failures_degrade_then_recover(stub: StubServer, tmp_path: Path, fault: Fault, expected: str) -> None:
     provider = make(stub, timeout=0.5)
-    with _manager(tmp_path, provider) as manager:
+    with hosted_manager(tmp_path, provider) as manager:
         session = manager.start_session("s-f", user_id="dave")
         session.sync_turn("My dog is called Rex", "Nice name.")
         assert manager.drain(10)
@@ -216,12 +178,12 @@ def test_failures_degrade_then_recover(stub: StubServer, tmp_path: Path, fault: 
         started = time.perf_counter()
         session.prefetch("What is my dog called?")
         assert time.perf_counter() - started < 4.0
-        entry = _entry(manager)
+        entry = provider_status(manager, "honcho")
         assert entry["state"] == "degraded" and expected in entry["reason"], entry
         stub.clear_faults()
         recall = session.prefetch("What is my dog called?")
         assert any("Rex" in item.text for item in recall.items if item.source == "honcho")
-        assert _entry(manager)["state"] == "active"
+        assert provider_status(manager, "honcho")["state"] == "active"
         session.end()
 
 
@@ -230,7 +192,7 @@ def test_failures_degrade_then_recover(stub: StubServer, tmp_path: Path, fault: 
 # --------------------------------------------------------------------------------------------------
 def test_secrets_are_masked_before_they_reach_honcho(stub: StubServer, tmp_path: Path) -> None:
     secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("s-sec", user_id="erin")
         session.sync_turn(f"my OpenAI key is {secret}", "I will not repeat it.")
         session.handle_tool_call("honcho_conclude", {"content": f"Erin's key is {secret}"})
@@ -316,18 +278,11 @@ def test_bad_settings_say_what_to_fix(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 # `ironmem status` shows configuration and health
 # --------------------------------------------------------------------------------------------------
-def _status(cfg: Path, *extra: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HONCHO_", "IRONMEM_"))}
-    proc = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(cfg), "status", *extra],
-                          check=False, capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def test_cli_status_shows_masked_config_and_live_health(stub: StubServer, tmp_path: Path) -> None:
     cfg = tmp_path / "config.yaml"
     (tmp_path / "home").mkdir()  # inspecting never creates a home
     cfg.write_text(f"memory:\n  provider: honcho\n  home: home\nhoncho:\n  api_key: {KEY}\n  base_url: {stub.url}\n")
-    code, out, err = _status(cfg, "--json")
+    code, out, err = cli_status(cfg, "--json", clear_env="HONCHO_")
     assert code == 0, err
     entry = next(p for p in json.loads(out)["providers"] if p["name"] == "honcho")
     assert entry["state"] == "active" and entry["service"]["state"] == "ok"
@@ -335,10 +290,10 @@ def test_cli_status_shows_masked_config_and_live_health(stub: StubServer, tmp_pa
 
     cfg.write_text(f"memory:\n  provider: honcho\n  home: home\nhoncho:\n  api_key: hch-wrong-0000000000\n"
                    f"  base_url: {stub.url}\n")
-    code, out, err = _status(cfg)
+    code, out, err = cli_status(cfg, clear_env="HONCHO_")
     assert code == 0, err
     assert "degraded" in out and "HONCHO_API_KEY" in out and "hch-wrong-0000000000" not in out
-    code, out, _ = _status(cfg, "--json", "--no-probe")
+    code, out, _ = cli_status(cfg, "--json", "--no-probe", clear_env="HONCHO_")
     entry = next(p for p in json.loads(out)["providers"] if p["name"] == "honcho")
     assert entry["service"]["state"] == "not contacted yet"
 
@@ -369,7 +324,7 @@ def test_live_honcho_round_trip(tmp_path: Path) -> None:
 
 def test_long_messages_odd_ids_and_removed_notes(stub: StubServer, tmp_path: Path) -> None:
     provider = make(stub)
-    with _manager(tmp_path, provider) as manager:
+    with hosted_manager(tmp_path, provider) as manager:
         session = manager.start_session("thread/42 ü", user_id="zoë@example.com")
         long_text = "word " * 12_000  # 60,000 chars: Honcho takes at most 25,000 per message
         session.sync_turn(long_text, "short answer")
@@ -388,18 +343,17 @@ def test_long_messages_odd_ids_and_removed_notes(stub: StubServer, tmp_path: Pat
 
 
 def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: StubServer, tmp_path: Path) -> None:
-    add_messages = "create_messages_for_session_v3_workspaces__workspace_id__sessions__session_id__messages_post"
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("run-1", user_id="fay")
-        stub.inject(Fault(429, {"detail": "slow down"}, {"Retry-After": "60"}, operation=add_messages, times=None))
+        stub.inject(Fault(429, {"detail": "slow down"}, {"Retry-After": "60"}, operation=ADD_MESSAGES, times=None))
         session.sync_turn("I am allergic to peanuts", "Noted.")
         session.sync_turn("I live in Oslo", "Noted.")
         session.end()
-        assert _entry(manager)["service"]["pending_writes"] == 2
+        assert provider_status(manager, "honcho")["service"]["pending_writes"] == 2
     saved = list((tmp_path / "home" / "honcho").glob("unsent-*.jsonl"))
     assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
     stub.clear_faults()
-    with _manager(tmp_path, make(stub)) as manager:  # a new process on the same home
+    with hosted_manager(tmp_path, make(stub)) as manager:  # a new process on the same home
         session = manager.start_session("run-2", user_id="fay")
         session.sync_turn("I take the train to work", "Noted.")
         session.end()

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,8 @@ import pytest
 
 pytest.importorskip("supermemory")
 
-from ironmem import MemoryManager
+from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status
+
 from ironmem.core.config import load_config, manager_from_config, provider_class
 from ironmem.core.errors import ConfigError
 from ironmem.providers.supermemory import (
@@ -45,11 +45,8 @@ if not SPEC.is_file():  # pragma: no cover - see tests/data/openapi/README.md
 
 
 @pytest.fixture
-def stub() -> StubServer:
-    server = supermemory_stub(SPEC, api_key=KEY).start()
-    yield server
-    server.stop()
-    assert server.violations == [], "requests or answers that do not match the Supermemory API description"
+def stub() -> Iterator[StubServer]:
+    yield from checked_stub(supermemory_stub(SPEC, api_key=KEY), "Supermemory")
 
 
 def make(stub: StubServer, **options: object) -> SupermemoryProvider:
@@ -70,6 +67,21 @@ class TestSupermemoryContract(ProviderContract):
 
     def make_provider(self, tmp_path: Path) -> SupermemoryProvider:
         return make(self.stub)
+
+
+class TestSupermemoryScenarios(HostedScenarios):
+    key_env = "SUPERMEMORY_API_KEY"
+    wrong_key = "sm-wrong-key-0000000000"
+    search_tool = "supermemory_search"
+    add_operation = ADD
+    rate_limit_body = {"error": "Too many requests"}
+
+    def make(self, stub: StubServer, **options: object) -> SupermemoryProvider:
+        return make(stub, **options)
+
+    def user_turns(self, stub: StubServer, user: str) -> list[str]:
+        doc = fake(stub).documents[(f"ironmem_{user}", "ironmem-session-s-429")]["content"]
+        return [line.removeprefix("user: ") for line in doc.splitlines() if line.startswith("user: ")]
 
 
 def test_every_hook_and_tool_sends_requests_that_validate(stub: StubServer) -> None:
@@ -125,53 +137,6 @@ def test_the_stub_rejects_requests_and_answers_that_break_the_description(stub: 
     stub.reset_records()
 
 
-def _manager(tmp_path: Path, provider: SupermemoryProvider) -> MemoryManager:
-    manager = MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=5.0)
-    assert manager.external is provider
-    return manager
-
-
-def _entry(manager: MemoryManager) -> dict:
-    return next(p for p in manager.status()["providers"] if p["name"] == "supermemory")
-
-
-def test_bad_key_401_turn_goes_on_and_status_names_the_variable(stub: StubServer, tmp_path: Path) -> None:
-    with _manager(tmp_path, make(stub, api_key="sm-wrong-key-0000000000")) as manager:
-        session = manager.start_session("s-401", user_id="alice")
-        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Alice drinks tea"})
-        assert "Alice drinks tea" in session.prefetch("what do I drink?").fenced()
-        entry = _entry(manager)
-        assert entry["state"] == "degraded"
-        assert "HTTP 401" in entry["reason"] and "SUPERMEMORY_API_KEY" in entry["reason"]
-        result = json.loads(session.handle_tool_call("supermemory_search", {"query": "tea"}))
-        assert result["success"] is False and "SUPERMEMORY_API_KEY" in result["error"]
-        session.end()
-    assert "sm-wrong-key-0000000000" not in json.dumps(entry)
-
-
-def test_429_honours_retry_after_queues_writes_and_sends_them_in_order(stub: StubServer) -> None:
-    provider = make(stub)
-    provider.initialize("s-429", user_id="bob")
-    provider.sync_turn("first turn about kayaks", "ok", session_id="s-429")
-    stub.inject(Fault(429, {"error": "Too many requests"}, {"Retry-After": "1"}, operation=ADD))
-    with pytest.raises(Exception, match="HTTP 429"):
-        provider.sync_turn("second turn about canoes", "ok", session_id="s-429")
-    before = len(stub.calls())
-    with pytest.raises(Exception, match="rate limited"):
-        provider.sync_turn("third turn about rafts", "ok", session_id="s-429")
-    assert len(stub.calls()) == before
-    snap = provider.status_info()["service"]
-    assert snap["state"] == "rate_limited" and snap["pending_writes"] == 2
-    time.sleep(1.1)
-    provider.sync_turn("fourth turn about sails", "ok", session_id="s-429")
-    doc = fake(stub).documents[("ironmem_bob", "ironmem-session-s-429")]["content"]
-    users = [line for line in doc.splitlines() if line.startswith("user:")]
-    assert users == ["user: first turn about kayaks", "user: second turn about canoes", "user: third turn about rafts",
-                     "user: fourth turn about sails"]
-    assert provider.status_info()["service"]["state"] == "ok"
-    provider.shutdown()
-
-
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
@@ -186,7 +151,7 @@ def test_429_honours_retry_after_queues_writes_and_sends_them_in_order(stub: Stu
 )
 def test_failures_degrade_then_recover(stub: StubServer, tmp_path: Path, fault: Fault, expected: str) -> None:
     provider = make(stub, api_timeout=0.5)
-    with _manager(tmp_path, provider) as manager:
+    with hosted_manager(tmp_path, provider) as manager:
         session = manager.start_session("s-f", user_id="dave")
         session.sync_turn("My dog is called Rex", "Nice name.")
         assert manager.drain(10)
@@ -195,17 +160,17 @@ def test_failures_degrade_then_recover(stub: StubServer, tmp_path: Path, fault: 
         started = time.perf_counter()
         session.prefetch("What is my dog called?")
         assert time.perf_counter() - started < 4.0
-        entry = _entry(manager)
+        entry = provider_status(manager, "supermemory")
         assert entry["state"] == "degraded" and expected in entry["reason"], entry
         recall = session.prefetch("What is my dog called?")
         assert any("Rex" in item.text for item in recall.items if item.source == "supermemory")
-        assert _entry(manager)["state"] == "active"
+        assert provider_status(manager, "supermemory")["state"] == "active"
         session.end()
 
 
 def test_secrets_are_masked_before_they_reach_supermemory(stub: StubServer, tmp_path: Path) -> None:
     secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("s-sec", user_id="erin")
         session.sync_turn(f"my GitHub token is {secret}", "I will not repeat it.")
         session.handle_tool_call("supermemory_store", {"content": f"token {secret}"})
@@ -285,21 +250,14 @@ def test_bad_settings_say_what_to_fix(tmp_path: Path) -> None:
 def test_cli_status_shows_masked_config_and_live_health(stub: StubServer, tmp_path: Path) -> None:
     cfg = tmp_path / "config.yaml"
     (tmp_path / "home").mkdir()  # inspecting never creates a home
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERMEMORY_", "IRONMEM_"))}
-
-    def status(*extra: str) -> tuple[int, str, str]:
-        proc = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(cfg), "status", *extra],
-                              check=False, capture_output=True, text=True, timeout=120, env=env, cwd=Path(__file__).parent.parent)
-        return proc.returncode, proc.stdout, proc.stderr
-
     cfg.write_text(f"memory:\n  provider: supermemory\n  home: home\nsupermemory:\n  api_key: {KEY}\n"
                    f"  base_url: {stub.url}\n")
-    code, out, err = status("--json")
+    code, out, err = cli_status(cfg, "--json", clear_env="SUPERMEMORY_")
     assert code == 0, err
     entry = next(p for p in json.loads(out)["providers"] if p["name"] == "supermemory")
     assert entry["state"] == "active" and entry["service"]["state"] == "ok" and KEY not in out
     stub.inject(Fault(429, {"error": "Too many requests"}, {"Retry-After": "120"}))
-    code, out, err = status()
+    code, out, err = cli_status(cfg, clear_env="SUPERMEMORY_")
     assert code == 0, err
     assert "degraded" in out and "rate limited" in out and "retry after 120s" in out
 
@@ -324,7 +282,7 @@ def test_live_supermemory_round_trip(tmp_path: Path) -> None:
 
 
 def test_removed_builtin_notes_are_forgotten(stub: StubServer, tmp_path: Path) -> None:
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("s-rm", user_id="zoe")
         session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Zoe keeps bees"})
         assert manager.drain(10)
@@ -337,7 +295,7 @@ def test_removed_builtin_notes_are_forgotten(stub: StubServer, tmp_path: Path) -
 
 
 def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: StubServer, tmp_path: Path) -> None:
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("run-1", user_id="fay")
         stub.inject(Fault(503, {"error": "maintenance"}, operation=ADD, times=None))
         session.sync_turn("I am allergic to peanuts", "Noted.")
@@ -346,7 +304,7 @@ def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: Stub
     saved = list((tmp_path / "home" / "supermemory").glob("unsent-*.jsonl"))
     assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
     stub.clear_faults()
-    with _manager(tmp_path, make(stub)) as manager:
+    with hosted_manager(tmp_path, make(stub)) as manager:
         session = manager.start_session("run-2", user_id="fay")
         session.end()  # sends the saved writes even without a new one
         assert manager.health("supermemory").state == "active"
