@@ -44,6 +44,7 @@ import pytest
 from ironmem import MemoryManager
 from ironmem.core.provider import MemoryProvider
 from ironmem.testing.openapi_stub import Fault, StubServer
+from ironmem.testing.provider_contract import ProviderContract
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("IRONMEM_VENVS", "/opt/ironmem-venvs"))
@@ -567,10 +568,10 @@ def cli_status(cfg: Path, *extra: str, clear_env: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
-class HostedScenarios:
-    """What every hosted-service provider must do, as tests: subclass it as ``Test...`` in the provider's test
-    module (which provides the ``stub`` fixture, a running stub of the service's API) and fill in the class
-    attributes, :meth:`make` and :meth:`user_turns`."""
+class HostedScenarios(ProviderContract):
+    """What every hosted-service provider must do, as tests: the provider contract and the scenarios below,
+    against a stub of the service's API. Subclass it as ``Test...`` in the provider's test module (which provides
+    the ``stub`` fixture, a running stub) and fill in the class attributes, :meth:`make` and :meth:`user_turns`."""
 
     key_env: str  # the variable that holds the API key
     wrong_key: str  # a key the stub refuses
@@ -581,6 +582,13 @@ class HostedScenarios:
     def make(self, stub: StubServer, **options: Any) -> Any:
         """A provider for ``stub``, with the right key unless ``options`` give one."""
         raise NotImplementedError
+
+    @pytest.fixture(autouse=True)
+    def _stub(self, stub: StubServer) -> None:
+        self.stub = stub
+
+    def make_provider(self, tmp_path: Path) -> MemoryProvider:  # the contract's provider
+        return self.make(self.stub)
 
     def user_turns(self, stub: StubServer, user: str) -> list[str]:
         """The user's side of the turns the service stored for ``user``, in order."""

@@ -30,7 +30,6 @@ from ironmem.core.errors import ConfigError
 from ironmem.providers.honcho import DEFAULT_HONCHO_TOOLS, HONCHO_TOOLS, HonchoProvider
 from ironmem.testing.hosted_fakes import HonchoFake, honcho_stub
 from ironmem.testing.openapi_stub import Fault, StubServer
-from ironmem.testing.provider_contract import ProviderContract
 
 SPEC = Path(__file__).parent / "data" / "openapi" / "honcho-v3.openapi.json"
 KEY = "hch-test-0123456789abcdef"
@@ -57,18 +56,9 @@ def fake(stub: StubServer) -> HonchoFake:
 
 
 # --------------------------------------------------------------------------------------------------
-# The provider contract, against the stub
+# The provider contract and the scenarios every hosted provider passes (tests/servers.py), against the stub
 # --------------------------------------------------------------------------------------------------
-class TestHonchoContract(ProviderContract):
-    @pytest.fixture(autouse=True)
-    def _stub(self, stub: StubServer) -> None:
-        self.stub = stub
-
-    def make_provider(self, tmp_path: Path) -> HonchoProvider:
-        return make(self.stub)
-
-
-class TestHonchoScenarios(HostedScenarios):
+class TestHoncho(HostedScenarios):
     key_env = "HONCHO_API_KEY"
     wrong_key = "hch-wrong-key-000000000"
     search_tool = "honcho_search"

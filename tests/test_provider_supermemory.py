@@ -33,7 +33,6 @@ from ironmem.providers.supermemory import (
 )
 from ironmem.testing.hosted_fakes import SupermemoryFake, supermemory_stub
 from ironmem.testing.openapi_stub import Fault, StubResponse, StubServer
-from ironmem.testing.provider_contract import ProviderContract
 
 SPEC = Path(__file__).parent / "data" / "openapi" / "supermemory-v5.openapi.json"
 KEY = "sm-test-0123456789abcdef"
@@ -60,16 +59,7 @@ def fake(stub: StubServer) -> SupermemoryFake:
     return stub.handler
 
 
-class TestSupermemoryContract(ProviderContract):
-    @pytest.fixture(autouse=True)
-    def _stub(self, stub: StubServer) -> None:
-        self.stub = stub
-
-    def make_provider(self, tmp_path: Path) -> SupermemoryProvider:
-        return make(self.stub)
-
-
-class TestSupermemoryScenarios(HostedScenarios):
+class TestSupermemory(HostedScenarios):
     key_env = "SUPERMEMORY_API_KEY"
     wrong_key = "sm-wrong-key-0000000000"
     search_tool = "supermemory_search"
