@@ -350,6 +350,14 @@ def json_detail(body: Any) -> str:
     return str(body)[:200]
 
 
+def known_tools(value: list[str], tools: dict[str, ToolSchema], label: str) -> list[str]:
+    """A ``tools`` setting's validator: the names, each once, or a ValueError listing the unknown ones."""
+    unknown = [t for t in value if t not in tools]
+    if unknown:
+        raise ValueError(f"unknown {label} tool(s) {unknown}; choose from {list(tools)}")
+    return list(dict.fromkeys(value))
+
+
 def read_json_config(path: str | Path, *, section: str) -> dict[str, Any]:
     """Read a Hermes-style JSON config file (``honcho.json``, ``supermemory.json``); ConfigError says what is wrong."""
     file = Path(os.path.expandvars(str(path))).expanduser()

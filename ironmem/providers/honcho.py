@@ -40,7 +40,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from ..core.provider import ToolSchema
 from ._base import hashed_id
-from ._hosted import Failure, HostedProvider, HostedService, clip_text, is_local_url, merge_hermes_file
+from ._hosted import (
+    Failure,
+    HostedProvider,
+    HostedService,
+    clip_text,
+    is_local_url,
+    known_tools,
+    merge_hermes_file,
+)
 from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
@@ -161,10 +169,7 @@ class HonchoSettings(BaseModel):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, value: list[str]) -> list[str]:
-        unknown = [t for t in value if t not in HONCHO_TOOLS]
-        if unknown:
-            raise ValueError(f"unknown Honcho tool(s) {unknown}; choose from {list(HONCHO_TOOLS)}")
-        return list(dict.fromkeys(value))
+        return known_tools(value, HONCHO_TOOLS, "Honcho")
 
     @model_validator(mode="after")
     def _need_key(self) -> HonchoSettings:

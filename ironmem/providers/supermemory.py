@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from ..core.provider import ToolSchema
 from ._base import hashed_id, turn_text
-from ._hosted import Failure, HostedProvider, HostedService, clip_text, merge_hermes_file
+from ._hosted import Failure, HostedProvider, HostedService, clip_text, known_tools, merge_hermes_file
 from ._tools import ToolArgumentError, search_args, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
@@ -135,10 +135,7 @@ class SupermemorySettings(BaseModel):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, value: list[str]) -> list[str]:
-        unknown = [t for t in value if t not in SUPERMEMORY_TOOLS]
-        if unknown:
-            raise ValueError(f"unknown Supermemory tool(s) {unknown}; choose from {list(SUPERMEMORY_TOOLS)}")
-        return list(dict.fromkeys(value))
+        return known_tools(value, SUPERMEMORY_TOOLS, "Supermemory")
 
     @model_validator(mode="after")
     def _need_key(self) -> SupermemorySettings:
