@@ -544,12 +544,19 @@ class ServerScenarios:
 # --------------------------------------------------------------------------------------------------
 # Scenarios shared by the hosted-service provider tests (Honcho, Supermemory), against a stub of the API
 # --------------------------------------------------------------------------------------------------
+def vendored_spec(filename: str, api: str) -> Path:
+    """The vendored API description ``tests/data/openapi/<filename>``; the test module is skipped without it."""
+    spec = ROOT / "tests" / "data" / "openapi" / filename
+    if not spec.is_file():  # pragma: no cover - see tests/data/openapi/README.md
+        pytest.skip(f"the vendored {api} API description is missing ({spec})", allow_module_level=True)
+    return spec
+
+
 def checked_stub(server: StubServer, api: str) -> Iterator[StubServer]:
     """A pytest fixture's body: ``server`` running; at the end, stopped, and no request or answer broke ``api``'s
     description."""
-    server.start()
-    yield server
-    server.stop()
+    with server:
+        yield server
     assert server.violations == [], f"requests or answers that do not match the {api} API description"
 
 

@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("honcho")
 
-from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status
+from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status, vendored_spec
 
 from ironmem import MemoryManager
 from ironmem.core.config import load_config, manager_from_config, provider_class
@@ -31,12 +31,9 @@ from ironmem.providers.honcho import DEFAULT_HONCHO_TOOLS, HONCHO_TOOLS, HonchoP
 from ironmem.testing.hosted_fakes import HonchoFake, honcho_stub
 from ironmem.testing.openapi_stub import Fault, StubServer
 
-SPEC = Path(__file__).parent / "data" / "openapi" / "honcho-v3.openapi.json"
+SPEC = vendored_spec("honcho-v3.openapi.json", "Honcho")
 KEY = "hch-test-0123456789abcdef"
 ADD_MESSAGES = "create_messages_for_session_v3_workspaces__workspace_id__sessions__session_id__messages_post"
-
-if not SPEC.is_file():  # pragma: no cover - see tests/data/openapi/README.md
-    pytest.skip(f"the vendored Honcho API description is missing ({SPEC})", allow_module_level=True)
 
 
 @pytest.fixture

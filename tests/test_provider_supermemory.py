@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("supermemory")
 
-from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status
+from servers import HostedScenarios, checked_stub, cli_status, hosted_manager, provider_status, vendored_spec
 
 from ironmem.core.config import load_config, manager_from_config, provider_class
 from ironmem.core.errors import ConfigError
@@ -34,13 +34,10 @@ from ironmem.providers.supermemory import (
 from ironmem.testing.hosted_fakes import SupermemoryFake, supermemory_stub
 from ironmem.testing.openapi_stub import Fault, StubResponse, StubServer
 
-SPEC = Path(__file__).parent / "data" / "openapi" / "supermemory-v5.openapi.json"
+SPEC = vendored_spec("supermemory-v5.openapi.json", "Supermemory")
 KEY = "sm-test-0123456789abcdef"
 ADD = "postNsByNamespaceDocument"
 SEARCH = "postNsByNamespaceSearch"
-
-if not SPEC.is_file():  # pragma: no cover - see tests/data/openapi/README.md
-    pytest.skip(f"the vendored Supermemory API description is missing ({SPEC})", allow_module_level=True)
 
 
 @pytest.fixture
