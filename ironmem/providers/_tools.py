@@ -11,7 +11,7 @@ from typing import Any
 from ..core.errors import ExternalServiceError, IronMemError
 from ..core.provider import ToolSchema
 
-__all__ = ["ok", "err", "run_tool", "search_schema", "search_args", "ToolArgumentError"]
+__all__ = ["ok", "err", "run_tool", "search_schema", "search_args", "search_result", "ToolArgumentError"]
 
 MAX_LIMIT = 20
 
@@ -62,6 +62,13 @@ def search_args(args: Any, default_limit: int) -> tuple[str, int]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ToolArgumentError(f"'limit' must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
     return query, limit
+
+
+def search_result(args: Any, default_limit: int, search: Callable[[str, int], list[Any]]) -> str:
+    """A search tool's result: ``search(query, limit)`` for checked arguments, as ``{results, count}``."""
+    query, limit = search_args(args, default_limit)
+    hits = search(query, limit)
+    return ok(results=hits, count=len(hits))
 
 
 def run_tool(name: str, args: Any, handle: Callable[[dict[str, Any]], str], *, log: logging.Logger, label: str,

@@ -48,7 +48,7 @@ from ..core.provider import ToolSchema
 from ..core.security import redact_secrets
 from ._aio import LoopThread
 from ._base import ProviderBase, ServerErrors, hashed_id, http_url, merged_settings, turn_text
-from ._tools import ToolArgumentError, run_tool, search_args, search_schema
+from ._tools import ToolArgumentError, run_tool, search_result, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -507,9 +507,7 @@ class HindsightProvider(ProviderBase):
             result = self.retain(content, context="saved by the agent with hindsight_retain", tags=tags)
             return _ok(retained=True, bank_id=result["bank_id"])
         if name == RECALL_TOOL.name:
-            query, limit = search_args(args, 5)
-            facts = self.recall(query, session_id=self._current_session, limit=limit)
-            return _ok(results=facts, count=len(facts))
+            return search_result(args, 5, lambda q, n: self.recall(q, session_id=self._current_session, limit=n))
         question = args.get("query")
         if not isinstance(question, str) or not question.strip():
             return _err("'query' is required: the question to answer from memory")

@@ -49,7 +49,7 @@ from ._hosted import (
     known_tools,
     merge_hermes_file,
 )
-from ._tools import ToolArgumentError, search_args, search_schema
+from ._tools import ToolArgumentError, search_result, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -441,9 +441,7 @@ class HonchoProvider(HostedProvider[HonchoSettings]):
 
     def _tool(self, name: str, args: dict[str, Any]) -> str:
         if name == "honcho_search":
-            query, limit = search_args(args, self.settings.top_k)
-            hits = self.search(query, limit=limit)
-            return _ok(results=hits, count=len(hits))
+            return search_result(args, self.settings.top_k, lambda q, n: self.search(q, limit=n))
         if name == "honcho_profile":
             card = self.profile()
             return _ok(profile=card, count=len(card))

@@ -46,7 +46,7 @@ from ._base import ProviderBase
 from ._embedding import Embedder, as_embedder
 from ._tools import err as _err
 from ._tools import ok as _ok
-from ._tools import run_tool, search_args, search_schema
+from ._tools import run_tool, search_result, search_schema
 
 __all__ = ["Mem0Provider", "Mem0Settings"]
 
@@ -620,9 +620,7 @@ class Mem0Provider(ProviderBase):
 
     def _tool(self, name: str, args: dict[str, Any]) -> str:
         if name == SEARCH_TOOL.name:
-            query, limit = search_args(args, self.top_k)
-            hits = self.search(query, limit=limit)
-            return _ok(results=hits, count=len(hits))
+            return search_result(args, self.top_k, lambda q, n: self.search(q, limit=n))
         if name == ADD_TOOL.name:
             content = args.get("content")
             if not isinstance(content, str) or not content.strip():

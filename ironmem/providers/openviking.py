@@ -47,7 +47,7 @@ from ..core.errors import ProviderUnavailableError
 from ..core.provider import ToolSchema
 from ..core.security import redact_secrets
 from ._base import ProviderBase, ServerErrors, hashed_id, http_url, merged_settings, turn_text
-from ._tools import MAX_LIMIT, ToolArgumentError, run_tool, search_args, search_schema
+from ._tools import MAX_LIMIT, ToolArgumentError, run_tool, search_result, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -405,9 +405,7 @@ class OpenVikingProvider(ProviderBase):
     def _tool(self, name: str, args: dict[str, Any]) -> str:
         session = self._current_session
         if name == SEARCH_TOOL.name:
-            query, limit = search_args(args, self.settings.recall_limit)
-            hits = self.find(query, session_id=session, limit=limit)
-            return _ok(results=hits, count=len(hits))
+            return search_result(args, self.settings.recall_limit, lambda q, n: self.find(q, session_id=session, limit=n))
         if name == REMEMBER_TOOL.name:
             content = args.get("content")
             if not isinstance(content, str) or not content.strip():

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from ..core.provider import ToolSchema
 from ._base import hashed_id, turn_text
 from ._hosted import Failure, HostedProvider, HostedService, clip_text, known_tools, merge_hermes_file
-from ._tools import ToolArgumentError, search_args, search_schema
+from ._tools import ToolArgumentError, search_result, search_schema
 from ._tools import err as _err
 from ._tools import ok as _ok
 
@@ -414,9 +414,7 @@ class SupermemoryProvider(HostedProvider[SupermemorySettings]):
 
     def _tool(self, name: str, args: dict[str, Any]) -> str:
         if name == "supermemory_search":
-            query, limit = search_args(args, self.settings.max_recall_results)
-            hits = self.search(query, limit=limit)
-            return _ok(results=hits, count=len(hits))
+            return search_result(args, self.settings.max_recall_results, lambda q, n: self.search(q, limit=n))
         if name == "supermemory_store":
             content = args.get("content")
             if not isinstance(content, str) or not content.strip():
