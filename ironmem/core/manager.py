@@ -423,7 +423,9 @@ class MemoryManager:
                     f"{render_cap(limit):,} chars of it, with a marker. Remove or shorten entries"
                 )
             if state.corrupt:
-                info.update(error=state.corrupt, backup=str(state.backup))
+                info["error"] = state.corrupt
+                if state.backup is not None:  # none when opened read-only: the file is the only copy
+                    info["backup"] = str(state.backup)
             files[target] = info
         providers = []
         for provider in self.providers:
