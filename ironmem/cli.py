@@ -806,7 +806,9 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
 def demo(
     ctx: typer.Context,
     home: str | None = _HOME_OPTION,
-    framework: str = typer.Option("langchain", "--framework", "-f", help="langchain or llama-index."),
+    framework: str = typer.Option(
+        "langchain", "--framework", "-f", help="langchain, llama-index, or plain (the core API, no framework)."
+    ),
     model: str | None = typer.Option(
         None,
         "--model",
