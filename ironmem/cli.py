@@ -840,15 +840,15 @@ def demo(
 
 def _demo_home(home: str | None) -> Path:
     """The demo may create its home (unlike the inspecting commands), but not inside a file."""
-    path = Path(home).expanduser() if home else Path(os.environ["IRONMEM_HOME"]).expanduser()
+    from .core.home import HomeLocation, default_home
+
+    path = Path(home).expanduser() if home else default_home()
     if path.exists() and not path.is_dir():
         raise CLIError(f"memory home {path} is not a folder; pass a folder for --home")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CLIError(f"cannot create memory home {path}: {exc.strerror or exc}") from None
-    from .core.home import HomeLocation
-
     location = HomeLocation(path, "--home" if home else "IRONMEM_HOME", os.access(path, os.W_OK | os.X_OK))
     location.require_writable("`ironmem demo`")
     return path
