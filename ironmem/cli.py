@@ -1,9 +1,14 @@
 """The ``ironmem`` command: inspect a memory home, scan text, count tokens, simulate caching, run the demo.
 
 Every command reads the memory home from ``--home``, else ``$IRONMEM_HOME``, else ``~/.ironmem``
-(:func:`ironmem.core.manager.default_home`). A Hermes memory folder (``~/.hermes/memories`` holding
+(:func:`ironmem.core.home.find_home`). A Hermes memory folder (``~/.hermes/memories`` holding
 ``MEMORY.md`` and ``USER.md``) works as a home as is; pointing at ``~/.hermes`` itself finds its ``memories``
 folder. ``--config PATH`` builds the manager from a ``config.yaml`` instead.
+
+The read commands (``status``, ``show``, ``search``, ``tokens``, ``scan``) open the home read-only
+(``MemoryManager(read_only=True)``): they work on a home this user cannot write and change nothing in it.
+``remove`` and ``demo`` write; on a read-only home they stop with what to do. This module only parses options,
+calls the public API and prints.
 
 Bad input (a missing file, an unknown provider, a corrupt memory file, a home that does not exist) ends with one
 line on stderr and a non-zero exit status, never a traceback. ``scan`` exits with 1 when anything is blocked, like
@@ -26,7 +31,7 @@ import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -40,7 +45,7 @@ from .core.errors import IronMemError
 if TYPE_CHECKING:  # pragma: no cover
     from .core.manager import MemoryManager
 
-__all__ = ["CLIError", "app", "main", "resolve_home"]
+__all__ = ["CLIError", "app", "main"]
 
 #: Exit status for bad input and failures (``scan`` uses 1 for "something is blocked").
 EXIT_ERROR = 2
@@ -78,6 +83,7 @@ class Options:
     home: str | None = None
     config: str | None = None
     verbose: bool = False
+    command: str = "this command"  # for messages: "`ironmem remove`"
 
 
 def _console() -> Console:
@@ -110,53 +116,14 @@ def _visible(text: str, limit: int | None = None) -> str:
 # --------------------------------------------------------------------------------------------------
 # Home and manager
 # --------------------------------------------------------------------------------------------------
-def resolve_home(home: str | os.PathLike[str] | None = None, *, origin: str = "--home") -> tuple[Path, str]:
-    """Where the memory home is and where that came from (``--home``, ``IRONMEM_HOME`` or ``default``).
-
-    Raises :class:`CLIError` when the folder does not exist or is not a folder. A Hermes root (``~/.hermes``,
-    which keeps its memory files in ``memories/``) resolves to that ``memories`` folder.
-
-    Example:
-        >>> import tempfile
-        >>> path, origin = resolve_home(tempfile.mkdtemp())
-        >>> origin
-        '--home'
-    """
-    from .core.manager import default_home
-
-    if home is not None and str(home) != "":
-        path = Path(home).expanduser()
-    elif os.environ.get("IRONMEM_HOME"):
-        path, origin = Path(os.environ["IRONMEM_HOME"]).expanduser(), "IRONMEM_HOME"
-    else:
-        path, origin = default_home(), "default"
-    if not path.exists():
-        hint = (
-            "it is created the first time an agent uses ironmem there (or by `ironmem demo --home PATH`); "
-            "pass --home PATH or set IRONMEM_HOME to use another folder (a Hermes folder such as "
-            "~/.hermes/memories works as is)"
-        )
-        raise CLIError(f"memory home {path} (from {origin}) does not exist; {hint}")
-    if not path.is_dir():
-        raise CLIError(
-            f"memory home {path} (from {origin}) is not a folder; pass the folder that holds MEMORY.md and USER.md"
-        )
-    has_files = any((path / name).exists() for name in TARGET_FILES.values())
-    hermes = path / "memories"
-    if not has_files and hermes.is_dir() and any((hermes / name).exists() for name in TARGET_FILES.values()):
-        path = hermes
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise CLIError(
-            f"memory home {path} (from {origin}) is not readable and writable by this user; fix its permissions"
-        )
-    return path, origin
-
-
-def _open_manager(opts: Options) -> MemoryManager:
+def _open_manager(opts: Options, *, read_only: bool) -> MemoryManager:
     """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home.
 
     With both ``--config`` and ``--home``, the home from the command line wins over the file's ``memory.home``.
+    Read commands open it ``read_only`` (nothing in the home is created or changed, so a home this user cannot
+    write can be inspected); a write command on a read-only home fails with what to do.
     """
+    from .core.home import find_home
     from .core.manager import MemoryManager
 
     if opts.config:
@@ -169,15 +136,19 @@ def _open_manager(opts: Options) -> MemoryManager:
 
         loaded = load_config(config)
         # A missing home is the same error whether it comes from --home, IRONMEM_HOME or the file's memory.home.
-        home, _ = resolve_home(opts.home) if opts.home else resolve_home(loaded.home, origin=f"memory.home in {config}")
-        return manager_from_config(loaded, home=home)
-    home, _ = resolve_home(opts.home)
-    return MemoryManager(home=home)
+        location = find_home(opts.home) if opts.home else find_home(loaded.home, origin=f"memory.home in {config}")
+        if not read_only:
+            location.require_writable(opts.command)
+        return manager_from_config(loaded, home=location.path, read_only=read_only)
+    location = find_home(opts.home)
+    if not read_only:
+        location.require_writable(opts.command)
+    return MemoryManager(home=location.path, read_only=read_only)
 
 
 @contextmanager
-def _manager(opts: Options) -> Iterator[MemoryManager]:
-    manager = _open_manager(opts)
+def _manager(opts: Options, *, read_only: bool = True) -> Iterator[MemoryManager]:
+    manager = _open_manager(opts, read_only=read_only)
     try:
         yield manager
     finally:
@@ -190,19 +161,19 @@ def _corrupt_files(manager: MemoryManager) -> list[str]:
     for target in TARGET_FILES:
         state = manager.builtin.files[target].read()
         if state.corrupt:
-            problems.append(
-                f"{state.corrupt} ({manager.builtin.files[target].path}); a copy is at {state.backup}"
-            )
+            problems.append(f"{state.corrupt} ({manager.builtin.files[target].path}){_copy_note(state.backup)}")
     return problems
+
+
+def _copy_note(backup: Path | None) -> str:
+    return f"; a copy is at {backup}" if backup else "; it was left as it is"
 
 
 def _opts(ctx: typer.Context, home: str | None = None) -> Options:
     """The global options, with a command's own ``--home`` (``ironmem show --home X``) taking precedence."""
     obj = ctx.find_root().obj
     opts = obj if isinstance(obj, Options) else Options()
-    if home:
-        opts = Options(home=home, config=opts.config, verbose=opts.verbose)
-    return opts
+    return replace(opts, home=home or opts.home, command=f"`{ctx.command_path}`")
 
 
 _HOME_OPTION = typer.Option(
@@ -368,8 +339,7 @@ def show(
             state = memory_file.read()
             if state.corrupt:
                 raise CLIError(
-                    f"{state.corrupt} ({memory_file.path}); a copy is at {state.backup}. "
-                    "Fix or delete the file, then retry"
+                    f"{state.corrupt} ({memory_file.path}){_copy_note(state.backup)}. Fix or delete the file, then retry"
                 )
             rows = []
             for i, entry in enumerate(state.entries, start=1):
@@ -432,39 +402,43 @@ def remove(
     home: str | None = _HOME_OPTION,
     target: str = typer.Argument(..., help="memory or user."),
     number: int = typer.Argument(..., help="The entry's number, as `ironmem show` lists it."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Remove from this user id's files (as show --user)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    no_backup: bool = typer.Option(False, "--no-backup", help="Do not keep a copy of the file before removing."),
+    no_backup: bool = typer.Option(False, "--no-backup", help="Do not keep a copy of the entries before removing."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Remove one entry by its number (for example an entry the scanner blocked), after a confirmation; a copy
-    of the file as it was is kept beside it (FILE.<time>.bak)."""
+    of the entries as they were is kept (beside the file, FILE.<time>.bak; for a database, in the home's
+    .ironmem/backups/)."""
     from .core.errors import MemoryFileError, OperationError
 
     opts = _opts(ctx, home)
     if target not in TARGET_FILES:
         raise CLIError(f"unknown target {target!r}; use memory or user")
-    with _manager(opts) as manager:
-        entries = manager.builtin.files[target].read().entries
-        if 1 <= number <= len(entries) and not yes:
+    with _manager(opts, read_only=False) as manager:
+        scope = manager.scopes_for(user)[target]
+        entries = manager.builtin.file(target, scope).read().entries
+        shown = entries[number - 1] if 1 <= number <= len(entries) else None
+        if shown is not None and not yes:
             if not sys.stdin.isatty():
                 raise CLIError(
-                    f"about to remove entry {number} of {TARGET_FILES[target]} ({_visible(entries[number - 1], 60)}); "
+                    f"about to remove entry {number} of {TARGET_FILES[target]} ({_visible(shown, 60)}); "
                     "there is no terminal to confirm on: pass --yes"
                 )
-            if not typer.confirm(f"Remove entry {number} of {TARGET_FILES[target]}: {_visible(entries[number - 1], 80)}?"):
+            if not typer.confirm(f"Remove entry {number} of {TARGET_FILES[target]}: {_visible(shown, 80)}?"):
                 raise CLIError("nothing removed", code=1)
         try:
-            entry, backup = manager.remove_entry(target, number, backup=not no_backup)
+            entry, backup = manager.remove_entry(target, number, user_id=user, backup=not no_backup, expected=shown)
         except (OperationError, MemoryFileError) as exc:
             raise CLIError(f"could not remove entry {number} of {TARGET_FILES[target]}: {exc}") from exc
-        usage = manager.builtin.usage(target)
+        usage = manager.builtin.usage(target, scope)
     if as_json:
         _echo_json({"removed": entry, "target": target, "number": number, "usage": usage,
                     "backup": str(backup) if backup else None})
         return
     _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}"))
     if backup:
-        _console().print(Text(f"the file as it was is kept at {backup}"))
+        _console().print(Text(f"the entries as they were are kept at {backup}"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -535,22 +509,14 @@ def _read_text(path: Path, name: str) -> str:
 
 
 def _split_items(text: str, source: str, by: str) -> list[_Item]:
-    from .core.builtin.store import ENTRY_DELIMITER
+    from .core.builtin.store import entries_with_lines
 
     items: list[_Item] = []
     if by == "text":
         return [_Item(source, source, 1, 1, text)] if text.strip() else []
     if by == "entry":
-        line = 1
-        n = 0
-        for part in text.split(ENTRY_DELIMITER):
-            lead = len(part) - len(part.lstrip())
-            start_line = line + part[:lead].count("\n")
-            if part.strip():
-                n += 1
-                items.append(_Item(f"{source} entry {n}", source, n, start_line, part.strip()))
-            line += part.count("\n") + ENTRY_DELIMITER.count("\n")
-        return items
+        return [_Item(f"{source} entry {n}", source, n, line, entry)
+                for n, (line, entry) in enumerate(entries_with_lines(text), start=1)]
     for i, raw in enumerate(text.splitlines(), start=1):
         if raw.strip():
             items.append(_Item(f"{source}:{i}", source, i, i, raw))
@@ -593,11 +559,10 @@ def scan(
     else:
         path = Path(source).expanduser()
         if path.is_dir():
-            files = [path / name for name in TARGET_FILES.values() if (path / name).is_file()]
-            if not files and (path / "memories").is_dir():
-                files = [
-                    path / "memories" / n for n in TARGET_FILES.values() if (path / "memories" / n).is_file()
-                ]
+            from .core.home import memory_folder
+
+            folder = memory_folder(path)  # a Hermes root reads its memories/ folder
+            files = [folder / name for name in TARGET_FILES.values() if (folder / name).is_file()]
             if not files:
                 raise CLIError(
                     f"{source} is a folder without MEMORY.md or USER.md; pass a file or a memory home"
@@ -841,7 +806,9 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
 def demo(
     ctx: typer.Context,
     home: str | None = _HOME_OPTION,
-    framework: str = typer.Option("langchain", "--framework", "-f", help="langchain or llama-index."),
+    framework: str = typer.Option(
+        "langchain", "--framework", "-f", help="langchain, llama-index, or plain (the core API, no framework)."
+    ),
     model: str | None = typer.Option(
         None,
         "--model",
@@ -873,13 +840,17 @@ def demo(
 
 def _demo_home(home: str | None) -> Path:
     """The demo may create its home (unlike the inspecting commands), but not inside a file."""
-    path = Path(home).expanduser() if home else Path(os.environ["IRONMEM_HOME"]).expanduser()
+    from .core.home import HomeLocation, default_home
+
+    path = Path(home).expanduser() if home else default_home()
     if path.exists() and not path.is_dir():
         raise CLIError(f"memory home {path} is not a folder; pass a folder for --home")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CLIError(f"cannot create memory home {path}: {exc.strerror or exc}") from None
+    location = HomeLocation(path, "--home" if home else "IRONMEM_HOME", os.access(path, os.W_OK | os.X_OK))
+    location.require_writable("`ironmem demo`")
     return path
 
 

@@ -457,7 +457,8 @@ def test_demo_collects_the_cached_tokens_a_model_reports(capfd: pytest.CaptureFi
     """The path ``--model`` takes, with a model object that reports usage like a provider does (no network)."""
     from rich.console import Console
 
-    from ironmem.demo import SCRIPT, _lc_steps, run_demo
+    from ironmem.demo import SCRIPT, run_demo
+    from ironmem.demo.langchain import scripted_steps
     from ironmem.testing.langchain import ScriptedChatModel
 
     reported = []
@@ -474,7 +475,7 @@ def test_demo_collects_the_cached_tokens_a_model_reports(capfd: pytest.CaptureFi
         reported.append(row)
         return row
 
-    model = ScriptedChatModel(_lc_steps(SCRIPT), usage_metadata=usage)
+    model = ScriptedChatModel(scripted_steps(SCRIPT), usage_metadata=usage)
     result = run_demo(chat_model=model, console=Console(width=160, force_terminal=False))
     assert result.usage is not None
     assert result.usage["requests"] == len(result.requests) == len(reported) == 7

@@ -472,7 +472,7 @@ def _section_tools(section: str, value: Any) -> list[str] | None:
 
 def _resolve_home(home: Path | None, source: Path) -> Path:
     if home is None:
-        from .manager import default_home
+        from .home import default_home
 
         return default_home()
     home = Path(os.path.expandvars(str(home))).expanduser()
@@ -506,9 +506,12 @@ def build_provider(name: str, settings: Any, *, home: Path) -> MemoryProvider:
     return provider
 
 
-def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | None = None) -> MemoryManager:
+def manager_from_config(
+    path: str | Path | IronMemConfig, *, home: str | Path | None = None, read_only: bool = False
+) -> MemoryManager:
     """A :class:`~ironmem.MemoryManager` built from ``config.yaml`` at ``path`` (or an already loaded
-    :class:`IronMemConfig`), with its provider attached. ``home`` overrides the file's ``memory.home``.
+    :class:`IronMemConfig`), with its provider attached. ``home`` overrides the file's ``memory.home``;
+    ``read_only`` opens the memory for inspection (see :class:`~ironmem.MemoryManager`).
 
     A configured provider that cannot join (unavailable, tools over the budget) is a :class:`ConfigError`: the file
     asked for it, so running without it silently would hide the problem.
@@ -537,6 +540,7 @@ def manager_from_config(path: str | Path | IronMemConfig, *, home: str | Path | 
         recall_budget=settings.recall_budget,
         embeddings=settings.embeddings,
         storage=settings.storage,
+        read_only=read_only,
     )
     if provider is not None:
         reason = ""

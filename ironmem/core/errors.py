@@ -90,3 +90,8 @@ class ExternalServiceError(IronMemError):
 
 class StorageError(MemoryFileError):
     """The memory storage (files or a database) cannot be used; the message says whether anything was written."""
+
+
+class ReadOnlyError(MemoryFileError):
+    """A write reached memory opened read-only (``MemoryManager(read_only=True)``, a home this user cannot write);
+    nothing was written. The message says how to open it for writing."""

@@ -14,7 +14,8 @@ from typing import Any
 
 from .budget import DEFAULT_TOOL_BUDGET, ToolBudget, measure_tools, select_tools
 from .builtin import BuiltinMemoryProvider
-from .builtin.storage import MemoryStorage
+from .builtin.scope import scope_folder
+from .builtin.storage import FILE_NAMES, MemoryStorage
 from .builtin.store import format_usage
 from .errors import (
     ArgumentTypeError,
@@ -26,6 +27,7 @@ from .errors import (
     ProviderUnavailableError,
 )
 from .fence import sanitize
+from .home import default_home
 from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
 from .recall import RecallBudget
@@ -42,16 +44,17 @@ log = logging.getLogger(__name__)
 TOOL_BUDGET = DEFAULT_TOOL_BUDGET
 
 
-def default_home() -> Path:
-    """``$IRONMEM_HOME``, else ``~/.ironmem``."""
-    return Path(os.environ.get("IRONMEM_HOME") or Path.home() / ".ironmem").expanduser()
-
-
 # --------------------------------------------------------------------------------------------------
 # Manager
 # --------------------------------------------------------------------------------------------------
 class MemoryManager:
     """Holds the built-in provider and at most one external provider (rule 1), and starts sessions.
+
+    ``read_only=True`` opens the memory for inspection (``ironmem status``, ``show``, ``search``): entries,
+    snapshot, status and search work on a home this user cannot write, and nothing is created or changed there
+    (no folder, lock file, backup or index write; the search index is opened with SQLite's ``mode=ro``, or kept in
+    memory when there is none; a database is not migrated). Every write raises
+    :class:`~ironmem.core.errors.ReadOnlyError`, and the ``memory`` tool answers with that error.
 
     Example:
         >>> import tempfile
@@ -80,6 +83,7 @@ class MemoryManager:
         recall_budget: RecallBudget | int | None = None,
         embeddings: Any = None,
         storage: str | MemoryStorage | None = None,
+        read_only: bool = False,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -107,9 +111,12 @@ class MemoryManager:
             memory_enabled=memory_enabled,
             user_profile_enabled=user_profile_enabled,
             storage=storage,
+            read_only=read_only,
         )
         self.builtin.add_write_listener(self._mirror_write)
-        if embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
+        if embeddings and read_only:
+            log.info("hybrid recall is off in a read-only manager (its vectors would be written); recall is lexical")
+        elif embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
             enable = getattr(self.builtin.index, "enable_vectors", None)
             if enable is None:
                 log.warning("hybrid recall needs the files + SQLite storage; this storage recalls lexically")
@@ -314,38 +321,79 @@ class MemoryManager:
             return {"mode": "lexical", "reason": "hybrid recall runs on the files + SQLite storage only"}
         return dict(status())
 
-    def remove_entry(self, target: str, number: int, *, backup: bool = True) -> tuple[str, Path | None]:
-        """Remove entry ``number`` (1-based, in file order, as ``ironmem show`` lists it) of ``target``
-        (``memory`` or ``user``). With ``backup``, a copy of the file as it was is kept beside it first.
+    def remove_entry(
+        self, target: str, number: int, *, user_id: str | None = None, backup: bool = True,
+        expected: str | None = None,
+    ) -> tuple[str, Path | None]:
+        """Remove entry ``number`` (1-based, in stored order, as ``ironmem show`` lists it) of ``target``
+        (``memory`` or ``user``) in the scope of ``user_id`` (default: the shared files). Works on every storage.
 
-        Returns the removed text and the backup's path. Raises :class:`OperationError` for a bad target or
-        number and :class:`MemoryFileError` for a file that cannot be read; nothing is written then.
+        With ``backup``, the entries as they were are saved first: beside the file (``FILE.<time>.<pid>.bak``)
+        for file storage, in ``<home>/.ironmem/backups/`` for a database. ``expected`` is the entry the caller
+        showed the user: when the entry at ``number`` is no longer that text (another writer changed the list),
+        nothing is removed.
+
+        Returns the removed text and the backup's path. Raises :class:`OperationError` for a bad target, number
+        or a changed entry, :class:`MemoryFileError` for a file that cannot be read, :class:`ReadOnlyError` when
+        the manager was opened read-only; nothing is written then.
         """
-        import shutil
-        import time
-
+        from .builtin.store import render_entries
         from .builtin.tools import Operation
-        from .errors import MemoryFileError, OperationError
+        from .errors import MemoryFileError, OperationError, ReadOnlyError
 
         if target not in self.builtin.files:
             raise OperationError(f"unknown target {target!r}; use memory or user")
-        memory_file = self.builtin.files[target]
-        state = memory_file.read()
+        if self.builtin.read_only:
+            raise ReadOnlyError(f"this manager opened {self.home} read-only; nothing was removed")
+        scopes = self.scopes_for(user_id)
+        entry_file = self.builtin.file(target, scopes[target])
+        state = entry_file.read()
+        name = FILE_NAMES[target]
         if state.corrupt:
-            raise MemoryFileError(f"{state.corrupt} ({memory_file.path}); fix or delete the file first")
+            raise MemoryFileError(f"{state.corrupt} ({entry_file.path}); fix or delete the file first")
         if not 1 <= number <= len(state.entries):
             raise OperationError(
-                f"{memory_file.path.name} has {len(state.entries)} entries; pick a number between 1 and "
+                f"{name} has {len(state.entries)} entries; pick a number between 1 and "
                 f"{len(state.entries)} (as `ironmem show` lists them)"
             )
         entry = state.entries[number - 1]
-        copy: Path | None = None
-        if backup and memory_file.path.exists():
-            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-            copy = memory_file.path.with_name(f"{memory_file.path.name}.{stamp}.{os.getpid()}.bak")
-            shutil.copy2(memory_file.path, copy)
-        self.builtin.apply([Operation("remove", target, old_text=entry)])
+        if expected is not None and entry != expected:
+            raise OperationError(
+                f"entry {number} of {name} changed since it was shown (another writer); nothing was removed. "
+                "List the entries again and retry"
+            )
+        copy = self._save_copy(entry_file, name, scopes[target], render_entries(state.entries)) if backup else None
+        self.builtin.apply([Operation("remove", target, old_text=entry)], scopes=scopes)
         return entry, copy
+
+    def _save_copy(self, entry_file: Any, name: str, scope: str, text: str) -> Path | None:
+        """A copy of one (scope, target) before a change: the file itself beside it, or its entries rendered in
+        the Hermes format under ``<home>/.ironmem/backups/`` for a database."""
+        import shutil
+        import time
+
+        from .errors import MemoryFileError
+
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.{os.getpid()}"
+        path = entry_file.path
+        try:
+            if isinstance(path, Path):
+                if not path.exists():
+                    return None
+                copy = path.with_name(f"{path.name}.{stamp}.bak")
+                shutil.copy2(path, copy)
+                return copy
+            folder = self.home / ".ironmem" / "backups"
+            folder.mkdir(parents=True, exist_ok=True)
+            label = f"{scope_folder(scope)}." if scope else ""
+            copy = folder / f"{name}.{label}{stamp}.bak"
+            copy.write_text(text, encoding="utf-8")
+            return copy
+        except OSError as exc:
+            raise MemoryFileError(
+                f"could not save a copy of {name} before removing ({exc.strerror or exc}); nothing was removed. "
+                "Make the memory home writable, or skip the copy (backup=False, `ironmem remove --no-backup`)"
+            ) from exc
 
     def status(self, user_id: str | None = None) -> dict[str, Any]:
         """Providers and their health, file usage, the snapshot hash a new session would get.
@@ -375,7 +423,9 @@ class MemoryManager:
                     f"{render_cap(limit):,} chars of it, with a marker. Remove or shorten entries"
                 )
             if state.corrupt:
-                info.update(error=state.corrupt, backup=str(state.backup))
+                info["error"] = state.corrupt
+                if state.backup is not None:  # none when opened read-only: the file is the only copy
+                    info["backup"] = str(state.backup)
             files[target] = info
         providers = []
         for provider in self.providers:

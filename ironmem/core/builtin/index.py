@@ -432,6 +432,65 @@ def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> It
             yield score, rowid
 
 
+#: Read-only opening: the entry tables live in the connection's TEMP schema (in memory), which SQLite searches
+#: before ``main``, so entries are indexed fresh from the files while the turns are read from the file untouched.
+_READ_ONLY_ENTRIES = """
+CREATE TEMP TABLE entries (id INTEGER PRIMARY KEY, target TEXT NOT NULL, text TEXT NOT NULL);
+CREATE VIRTUAL TABLE temp.entries_fts USING fts5(
+    terms, content='', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TEMP TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def _in_memory() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+    """The index's connection. Writable: the file (created with its folder), WAL mode, the schema.
+
+    ``read_only`` (inspecting a home this user may not write): nothing on disk is created or changed. An
+    existing index is opened with SQLite's ``mode=ro``, or ``immutable=1`` when no writer has it open (no
+    ``-wal`` file) or ``mode=ro`` cannot open it (a WAL database in a folder this user cannot write); its turns
+    are searched as they are, and the entry tables are replaced by empty in-memory ones. Without an index file
+    the whole index is in memory (no turns).
+    """
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.executescript(_SCHEMA)
+        return conn
+    if not path.is_file():
+        return _in_memory()
+    uri = path.resolve().as_uri()
+    # With a -wal file a writer may have it open: read through SQLite's shared memory (mode=ro). Without one, or
+    # when mode=ro cannot read a WAL database in a folder this user cannot write, read the file as it stands.
+    modes = (["mode=ro"] if path.with_name(path.name + "-wal").exists() else []) + ["mode=ro&immutable=1"]
+    for n, mode in enumerate(modes, 1):
+        conn = sqlite3.connect(f"{uri}?{mode}", uri=True, check_same_thread=False, timeout=30.0, isolation_level=None)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            break
+        except sqlite3.Error:
+            conn.close()
+            if n == len(modes):
+                raise
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.execute("PRAGMA busy_timeout=30000")
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not {"turns", "turns_fts"} <= tables:  # not an index of ours (yet): no turns to search
+        conn.close()
+        return _in_memory()
+    conn.executescript(_READ_ONLY_ENTRIES)
+    return conn
+
+
 class SearchIndex:
     """The search database. One connection, serialized by a lock, usable from any thread.
 
@@ -443,9 +502,10 @@ class SearchIndex:
         ['turn']
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: Opened for inspection (:func:`_connect`): nothing on disk is written; entries are indexed in memory.
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._candidates: OrderedDict[str, _Candidates] = OrderedDict()
         self._cached_ids = 0  # total size of the lists in self._candidates
@@ -454,13 +514,9 @@ class SearchIndex:
         self._idf_mass = 0.0
         self.vectors: Any = None  # a VectorIndex once enable_vectors() succeeded
         self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
-        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-        self._check_consistency()
+        self._conn = _connect(self.path, read_only=read_only)
+        if not read_only:
+            self._check_consistency()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import MemoryFileError
+from ..errors import MemoryFileError, ReadOnlyError
 from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
 from .index import SearchIndex
@@ -73,6 +73,23 @@ class WriteOutcome:
     backups: dict[str, Path] = field(default_factory=dict)
 
 
+class _ReadOnlyTurns:
+    """The turn index of a provider opened read-only: searches and counts pass through, storing a turn raises
+    :class:`ReadOnlyError` (a session's ``sync_turn`` logs it and marks the built-in layer degraded)."""
+
+    def __init__(self, index: TurnIndex) -> None:
+        self._index = index
+
+    def add_turn(self, *args: Any, **kwargs: Any) -> int:
+        raise ReadOnlyError("the memory was opened read-only (for inspection); the turn was not stored")
+
+    def add_turns(self, *args: Any, **kwargs: Any) -> None:
+        raise ReadOnlyError("the memory was opened read-only (for inspection); the turns were not stored")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+
 class BuiltinMemoryProvider(MemoryProvider):
     """MEMORY.md (the agent's notes) and USER.md (who the user is) under ``home``, plus search.
 
@@ -98,23 +115,30 @@ class BuiltinMemoryProvider(MemoryProvider):
         memory_enabled: bool = True,
         user_profile_enabled: bool = True,
         storage: str | MemoryStorage | None = None,
+        read_only: bool = False,
     ) -> None:
         self.home = Path(home).expanduser()
-        self.home.mkdir(parents=True, exist_ok=True)
         self.state_dir = self.home / ".ironmem"
-        self.state_dir.mkdir(exist_ok=True)
+        #: Opened for inspection: entries and turns are read, nothing is created or changed (no folder, lock file,
+        #: record or backup, no index write); every write raises :class:`ReadOnlyError`.
+        self.read_only = bool(read_only)
+        if not self.read_only:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(exist_ok=True)
         self.limits = {"memory": memory_char_limit, "user": user_char_limit}
         self.enabled = {"memory": bool(memory_enabled), "user": bool(user_profile_enabled)}
         #: Where entries and turns live: files + SQLite (the default) or PostgreSQL (``storage="postgresql://..."``).
         #: With files, the file code of this class runs (scopes, hand edits, drift backups, Hermes locks); with a
         #: database, writes go through :meth:`MemoryStorage.transact` keyed by the same (scope, target) pairs.
-        self.storage: MemoryStorage = open_storage(storage, home=self.home)
+        self.storage: MemoryStorage = open_storage(storage, home=self.home, read_only=self.read_only)
         self._db: MemoryStorage | None = None if isinstance(self.storage, FileStorage) else self.storage
         self._files: dict[tuple[str, str], MemoryFile] = {}
         self._files_lock = threading.Lock()
         #: The default scope's files (Hermes's paths), kept as a plain dict for callers and tools.
         self.files: dict[str, Any] = {target: self.file(target) for target in TARGETS}
-        self.index: SearchIndex | TurnIndex = self.storage.index
+        self.index: SearchIndex | TurnIndex = (
+            _ReadOnlyTurns(self.storage.index) if self.read_only else self.storage.index
+        )
         self._listeners: list[WriteListener] = []
         self._warned_over: set[tuple[str, int]] = set()
 
@@ -137,7 +161,8 @@ class BuiltinMemoryProvider(MemoryProvider):
             found = self._files.get(key)
             if found is None:
                 folder = self.scope_dir(scope)
-                found = MemoryFile(folder / FILE_NAMES[target], limit=self.limits[target], state_dir=folder / ".ironmem")
+                found = MemoryFile(folder / FILE_NAMES[target], limit=self.limits[target],
+                                   state_dir=folder / ".ironmem", read_only=self.read_only)
                 self._files[key] = found
             found.limit = self.limits[target]
             return found
@@ -261,6 +286,11 @@ class BuiltinMemoryProvider(MemoryProvider):
         self, operations: list[Operation], *, scopes: dict[str, str] | None = None, batch: bool = False
     ) -> WriteOutcome:
         """:meth:`apply`, returning what was replaced, which hand edits were kept and which copies were saved."""
+        if self.read_only:
+            raise ReadOnlyError(
+                f"the memory in {self.storage.describe()} was opened read-only (for inspection); nothing was "
+                "written. Open it for writing (MemoryManager(..., read_only=False)) as a user who may write it"
+            )
         scopes = {t: normalize_scope((scopes or {}).get(t)) for t in TARGETS}
         targets = [t for t in TARGETS if any(op.target == t for op in operations)]
         for target in targets:

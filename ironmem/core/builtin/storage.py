@@ -197,13 +197,16 @@ class FileStorage(MemoryStorage):
 
     kind = "files"
 
-    def __init__(self, home: str | Path) -> None:
+    def __init__(self, home: str | Path, *, read_only: bool = False) -> None:
         self.home = Path(home).expanduser()
-        self.home.mkdir(parents=True, exist_ok=True)
         self.state_dir = self.home / ".ironmem"
-        self.state_dir.mkdir(exist_ok=True)
+        #: Opened for inspection: nothing under ``home`` is created or changed (see :class:`SearchIndex`).
+        self.read_only = read_only
+        if not read_only:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(exist_ok=True)
         self._files: dict[tuple[str, str], MemoryFile] = {}
-        self._index = SearchIndex(self.state_dir / "search.db")
+        self._index = SearchIndex(self.state_dir / "search.db", read_only=read_only)
 
     @property
     def index(self) -> SearchIndex:
@@ -223,7 +226,8 @@ class FileStorage(MemoryStorage):
         if found is None:
             folder = self.folder(scope)
             state_dir = folder / ".ironmem"
-            found = MemoryFile(folder / FILE_NAMES[target], limit=limit or 0, state_dir=state_dir)
+            found = MemoryFile(folder / FILE_NAMES[target], limit=limit or 0, state_dir=state_dir,
+                               read_only=self.read_only)
             self._files[key] = found
         if limit is not None:
             found.limit = limit
@@ -275,24 +279,25 @@ def is_postgres_url(value: str) -> bool:
     return value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
 
 
-def open_storage(spec: str | MemoryStorage | None, *, home: str | Path) -> MemoryStorage:
+def open_storage(spec: str | MemoryStorage | None, *, home: str | Path, read_only: bool = False) -> MemoryStorage:
     """The storage named by ``spec``: ``None`` / ``"files"`` (files + SQLite under ``home``), a
     ``postgresql://`` URL, or a ready :class:`MemoryStorage`.
 
-    Raises :class:`StorageError` for anything else (saying what is accepted).
+    ``read_only`` opens it for inspection: files are read and nothing under ``home`` is created; a database is
+    not migrated (no schema change). Raises :class:`StorageError` for anything else (saying what is accepted).
     """
     if spec is None:
-        return FileStorage(home)
+        return FileStorage(home, read_only=read_only)
     if isinstance(spec, MemoryStorage):
         return spec
     if isinstance(spec, str):
         value = spec.strip()
         if value in ("", "files", "file"):
-            return FileStorage(home)
+            return FileStorage(home, read_only=read_only)
         if is_postgres_url(value):
             from .postgres import PostgresStorage
 
-            return PostgresStorage(value)
+            return PostgresStorage(value, migrate=not read_only)
     shown = spec if not isinstance(spec, str) else re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", spec)
     raise StorageError(
         f"unknown memory storage {shown!r}: use 'files' (the default: MEMORY.md + USER.md + SQLite under the "

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import MemoryFileError
+from ..errors import MemoryFileError, ReadOnlyError
 
 __all__ = [
     "ENTRY_DELIMITER",
@@ -40,6 +40,7 @@ __all__ = [
     "MemoryFile",
     "dedupe",
     "detect_newline",
+    "entries_with_lines",
     "format_usage",
     "parse_entries",
     "render_entries",
@@ -77,6 +78,24 @@ def parse_entries(text: str) -> list[str]:
     """
     text = normalize_newlines(text.removeprefix(_BOM))
     return [part.strip() for part in text.split(ENTRY_DELIMITER) if part.strip()]
+
+
+def entries_with_lines(text: str) -> list[tuple[int, str]]:
+    r""":func:`parse_entries`, each entry with the 1-based line it starts on (for reports that point into a file).
+
+    Example:
+        >>> entries_with_lines("first\n§\n\nsecond\nline")
+        [(1, 'first'), (4, 'second\nline')]
+    """
+    text = normalize_newlines(text.removeprefix(_BOM))
+    out: list[tuple[int, str]] = []
+    line = 1
+    for part in text.split(ENTRY_DELIMITER):
+        stripped = part.strip()
+        if stripped:
+            out.append((line + part[: len(part) - len(part.lstrip())].count("\n"), stripped))
+        line += part.count("\n") + ENTRY_DELIMITER.count("\n")
+    return out
 
 
 def dedupe(entries: Sequence[str]) -> list[str]:
@@ -251,14 +270,18 @@ class MemoryFile:
         ('likes tea',)
     """
 
-    def __init__(self, path: Path, *, limit: int, state_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, *, limit: int, state_dir: Path | None = None, read_only: bool = False) -> None:
         self.path = Path(path)
         self.limit = limit
         self.state_dir = state_dir or self.path.parent / ".ironmem"
+        #: Opened for inspection: reads only; no lock file, no backup, no record is ever created, and a write
+        #: raises :class:`~ironmem.core.errors.ReadOnlyError`.
+        self.read_only = read_only
         self.lock = HermesLock(self.path)
         self._backed_up: dict[str, Path] = {}
         self._known_cache: tuple[float, int, tuple[str, ...]] | None = None
-        self._clean_at_open()
+        if not read_only:
+            self._clean_at_open()
 
     @property
     def lock_path(self) -> Path:
@@ -311,8 +334,11 @@ class MemoryFile:
         entries = dedupe(parse_entries(text))
         return FileState(tuple(entries), text, newline=newline, raw_chars=len(text.strip()))
 
-    def _backup_corrupt(self, raw: bytes) -> Path:
-        """Copy an unparsable file aside once per distinct content, so the user can recover it."""
+    def _backup_corrupt(self, raw: bytes) -> Path | None:
+        """Copy an unparsable file aside once per distinct content, so the user can recover it (not when
+        opened read-only: then the file itself is the only copy, and it is left as it is)."""
+        if self.read_only:
+            return None
         digest = hashlib.sha256(raw).hexdigest()[:12]
         if digest in self._backed_up:
             return self._backed_up[digest]
@@ -377,7 +403,7 @@ class MemoryFile:
 
     def record_known(self, entries: Sequence[str]) -> None:
         """Remember ``entries`` as written by ironmem (best effort: a failure only weakens hand-edit splitting)."""
-        if self.known_entries() == tuple(entries):
+        if self.read_only or self.known_entries() == tuple(entries):
             return
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -434,6 +460,11 @@ class MemoryFile:
         Raises :class:`MemoryFileError` (saying why) when the lock cannot be taken: the folder is not writable,
         or another process (ironmem or Hermes) kept the file locked for ``LOCK_TIMEOUT_S`` seconds.
         """
+        if self.read_only:
+            raise ReadOnlyError(
+                f"{self.path} was opened read-only (for inspection); nothing was written. Open the memory home "
+                "for writing (MemoryManager(..., read_only=False)) as a user who may write it"
+            )
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(self.lock.hold(LOCK_TIMEOUT_S))
