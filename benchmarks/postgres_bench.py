@@ -68,7 +68,7 @@ from _util import RESULTS, fmt_ms, fmt_ratio, metadata, summary_ms, table, write
 from corpus import EN_QUERIES, ZH_QUERIES, Corpus, turn_rows
 
 SIZES, QUICK_SIZES = [100_000, 1_000_000], [10_000]
-TURNS, QUICK_TURNS = 200, 60
+TURNS, QUICK_TURNS = 100, 30
 CHUNK = 50_000
 BATCH_LG = 2_000
 NS = ("turns",)
@@ -117,20 +117,41 @@ def _search_summary(times: dict[str, list[float]]) -> dict[str, Any]:
     return {**summary_ms(times["en"] + times["zh"]), "en": summary_ms(times["en"]), "zh": summary_ms(times["zh"])}
 
 
-def _turn_loop(manager: Any, turns: int, seed: int) -> list[float]:
+def _turn_loop(manager: Any, turns: int, seed: int) -> tuple[list[float], list[float]]:
+    """Per timed turn: the whole turn, and the part spent in the turn index (``search`` + ``add_turn``, the calls
+    whose cost grows with the history and differs between backends; the rest, e.g. scanning recalled text, is
+    the same code on both)."""
+    index = manager.builtin.index
+    spent = [0.0]
+
+    def timing(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return call
+
+    index.search, index.add_turn = timing(index.search), timing(index.add_turn)
     corpus = Corpus(seed=seed)
     session = manager.start_session(f"bench-live-{seed}")
-    out = []
-    for i in range(turns + 3):
-        user, assistant = corpus.turn()
-        t0 = time.perf_counter()
-        session.prefetch(user).fenced()
-        session.sync_turn(user, assistant)
-        elapsed = time.perf_counter() - t0
-        if i >= 3:
-            out.append(elapsed)
-    session.end()
-    return out
+    total, in_index = [], []
+    try:
+        for i in range(turns + 3):
+            user, assistant = corpus.turn()
+            spent[0] = 0.0
+            t0 = time.perf_counter()
+            session.prefetch(user).fenced()
+            session.sync_turn(user, assistant)
+            elapsed = time.perf_counter() - t0
+            if i >= 3:
+                total.append(elapsed)
+                in_index.append(spent[0])
+        session.end()
+    finally:
+        del index.search, index.add_turn  # back to the class's methods
+    return total, in_index
 
 
 def _chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
@@ -256,8 +277,9 @@ class Bench:
         self.log(f"  search done ({result['same_top5_as_sqlite']} queries with the same top 5 on both backends)")
 
         per_turn = result["per_turn"] = {}
-        per_turn["sqlite"] = summary_ms(_turn_loop(self.sqlite, turns, seed=seed))
-        per_turn["postgres"] = summary_ms(_turn_loop(self.pg, turns, seed=seed))
+        for key, manager in (("sqlite", self.sqlite), ("postgres", self.pg)):
+            total, in_index = _turn_loop(manager, turns, seed=seed)
+            per_turn[key] = {**summary_ms(total), "turn_index": summary_ms(in_index)}
         if self.store is not None:
             store, corpus, counter = self.store, Corpus(seed=seed), itertools.count()
 
@@ -315,9 +337,16 @@ class Bench:
                     conn.execute(f'ALTER DATABASE "{db}" RESET ALL')
         summary: dict[str, Any] = {}
         for system, per_query in out.items():
-            seq = sorted({m for plans in per_query.values() for p in plans for m in _SEQ_SCAN.findall(p["plan"])})
+            seq: dict[tuple[str, str], float] = {}  # (table, statement) -> slowest ms
+            for plans in per_query.values():
+                for p in plans:
+                    text = " ".join(p["plan"].split("Query Text:", 1)[-1].split())[:160]
+                    for name in _SEQ_SCAN.findall(p["plan"]):
+                        seq[(name, text)] = max(seq.get((name, text), 0.0), p["ms"])
             slowest = {q: max(plans, key=lambda p: p["ms"]) for q, plans in per_query.items() if plans}
-            summary[system] = {"seq_scans": seq, "statements": sum(len(p) for p in per_query.values()),
+            summary[system] = {"seq_scans": [{"table": t, "slowest_ms": ms, "statement": q}
+                                             for (t, q), ms in sorted(seq.items(), key=lambda kv: -kv[1])],
+                               "statements": sum(len(p) for p in per_query.values()),
                                "slowest": slowest}
         return summary
 
@@ -349,24 +378,26 @@ def render(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         ref_s = r["search"].get("postgres_cold", {}).get("p95_ms")
-        ref_t = r["per_turn"].get("postgres", {}).get("p95_ms")
+        ref_t = r["per_turn"].get("postgres", {}).get("turn_index", {}).get("p95_ms")
         for key, label in SYSTEMS:
             s = r["search"].get(key)
             if not isinstance(s, dict):
                 continue
-            base = key.removesuffix("_cold")
             t = r["per_turn"].get(key)
-            load = r["load_s"].get(base)
+            part = (t.get("turn_index") or t) if isinstance(t, dict) else None
+            load = r["load_s"].get(key.removesuffix("_cold"))
             rows.append([
                 f"{r['turns']:,}", label,
                 f"{fmt_ms(s['p50_ms'])} / {fmt_ms(s['p95_ms'])}",
                 fmt_ratio(s["p95_ms"] / ref_s) if ref_s else "-",
                 f"{fmt_ms(t['p50_ms'])} / {fmt_ms(t['p95_ms'])}" if isinstance(t, dict) else "",
-                fmt_ratio(t["p95_ms"] / ref_t) if isinstance(t, dict) and ref_t else "",
-                f"{load:,.0f} s" if load is not None and key != "sqlite" and key != "postgres" else "",
+                f"{fmt_ms(part['p50_ms'])} / {fmt_ms(part['p95_ms'])}" if part else "",
+                fmt_ratio(part["p95_ms"] / ref_t) if part and ref_t else "",
+                f"{load:,.0f} s" if load is not None and key not in ("sqlite", "postgres") else "",
             ])
     return table(["stored turns", "system", "session_search p50 / p95 ms", "p95 / PG cold",
-                  "per turn p50 / p95 ms", "p95 / PG", "load (this step)"], rows)
+                  "per turn p50 / p95 ms", "in turn index (store) p50 / p95 ms", "p95 / PG", "load (this step)"],
+                 rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         for system, ex in (r.get("explain") or {}).items():
             if ex.get("seq_scans"):
-                print(f"{r['turns']:,} turns, {system}: sequential scans on {', '.join(ex['seq_scans'])}")
+                for seq in ex["seq_scans"]:
+                    print(f"{r['turns']:,} turns, {system}: Seq Scan on {seq['table']} ({seq['slowest_ms']:.1f} ms) "
+                          f"in {seq['statement']}")
     path = write_json("postgres_bench", {**meta, "results": results, "table": text}, out_dir=args.out_dir)
     print(f"JSON: {path}")
     return 0
