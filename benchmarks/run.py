@@ -27,7 +27,8 @@ Benchmarks:
 
 Optional (not in the default run; add ``--with-postgres`` or name it in ``--only``):
   postgres_bench  PostgreSQL storage vs SQLite vs LangGraph's PostgresStore: session_search and per-turn p50/p95
-                  at 100k turns (starts its own throwaway PostgreSQL cluster; postgres_bench.py)
+                  at 100k and 1M turns (--quick: 10k; starts its own throwaway PostgreSQL cluster; loading 1M
+                  turns into three systems takes about half an hour on 2 busy cores; postgres_bench.py)
 """
 
 from __future__ import annotations
