@@ -2,7 +2,7 @@
 
 Retraining the model six times takes minutes on a shared runner, so ``benchmarks/security_eval.py
 --write-report`` writes ``tests/data/security/loso_report.json`` and this test checks that the report
-belongs to the CURRENT corpus, rules, scanner code and trainer (fingerprint) and that it meets the targets.
+belongs to the CURRENT corpus, rules and model weights (fingerprint: data, not code) and that it meets the targets.
 Set ``IRONMEM_RUN_LOSO=1`` to recompute the evaluation inside the test instead (slow).
 """
 
