@@ -195,7 +195,9 @@ def load_rules() -> tuple[Rule, ...]:
 
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
-_TERM_RE = re.compile(r"[.!?\n。！？]")
+# A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
+# a version number does not end it), at a newline, or at a CJK full stop.
+_TERM_RE = re.compile(r"[.!?](?=\s|$)|[\n。！？]")
 _TOKEN_RE = re.compile(r"\w+")
 
 

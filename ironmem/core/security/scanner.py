@@ -23,7 +23,7 @@ from typing import Literal
 
 from ironmem.core.fence import find_forgeries
 
-from .encoded import _ROT13_HINTS, decoded_payloads
+from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
 from .engine import match_rules
 from .hidden import hidden_findings, homoglyph_findings
 from .model import LinearModel, load_model
@@ -116,14 +116,18 @@ def _content(
     blocking = list(strong)
     distinct_weak = {f.rule for f in weak if f.rule not in mentions}
     for f in weak:
-        # a weak signal blocks with a second one (two different rules agree) or with the model's support
+        # a weak signal blocks with a second one (two different rules agree) or with the model's support; a
+        # mention (a quoted or discussed attack phrase) is reported but supports nothing: the note is about
+        # the attack, so only the model on its own (below) or other signals can block it
+        if f.rule in mentions:
+            continue
         if len(distinct_weak) >= 2 or score >= support:
             blocking.append(f)
     if not blocking and score >= alone:
         blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
-        inner = decoded_payloads(v)
+        inner = decoded_payloads(v) + more_decodings(v)
         words = set(_WORD_RE.findall(view[:20_000])) if depth == 0 else set()
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
