@@ -231,7 +231,8 @@ class _Text:
         word = first.group(0)
         if first.end() == len(lit) or not lit[first.end()].isspace():
             # the literal may end inside a token ("ignor" of ignore) or continue with punctuation
-            return word in self._prefixes or word in self._tokens  # type: ignore[operator]
+            # prefixes are kept up to 12 characters: a longer stem is checked by its first 12, then found
+            return word[:12] in self._prefixes or word in self._tokens  # type: ignore[operator]
         return word in self._tokens
 
     def literal(self, lit: str) -> list[int]:
