@@ -19,6 +19,8 @@ ISSUE_FALSE_POSITIVES = [
     "fetch(url, {headers: {Authorization: `Bearer ${token}`}})",
     "Security note: prompt injections tell the model to ignore previous instructions or hide things from "
     "the user; we scan memory writes for them.",
+    # an ordinary note the scanner once blocked (ironmem.analysis.replay's script)
+    "Save this: the team agreed every endpoint must declare response_model and we enforce it in CI.",
 ]
 
 
