@@ -58,7 +58,8 @@ _META_RE = re.compile(
     r"(?:injection|jailbreak|attack|attacker|payload|malicious|adversar|red team|red-team|phishing|example of|"
     r"such as|e\.g\.|for instance|phrases like|strings like|patterns like|the classic|known as|"
     r"(?:tells?|asks?|tricks?|makes?|told|asked|tricked|try to get|tries to get) (?:the |an? )?(?:model|llm|ai|agent|assistant)s? (?:to|into)|"
-    r"prompt-injection|we scan|detects?|detection|block(?:s|ed)?|flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
+    r"prompt-injection|we scan|detects?|detection|(?:we|to|and|which|that) block|blocks (?:it|them|these|those|such)|blocked|"
+    r"flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
     r"注入|攻击|越狱|インジェクション|攻撃|인젝션|공격|inyecci|angriff|injektion|атак|инъекц|saldır|هجوم|حقن)"
 )
 _MENTION_CATS = {
