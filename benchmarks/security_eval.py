@@ -88,11 +88,30 @@ def baseline_blocked(text: str) -> bool:
 
 
 def fingerprint() -> str:
-    """Hash of what the verdicts depend on: corpus, rules, scanner code (the committed report names it)."""
+    """Hash of the DATA the verdicts depend on: the corpus rows, the rules and the shipped model's weights.
+
+    Code is not hashed (a docstring or style edit must not invalidate the report). A code change that
+    alters what the model learns shows up in the weights (``tools/train_scanner.py --check`` fails until
+    ``model.npz`` is retrained, which changes this fingerprint); a rule change shows up in ``rules.yaml``.
+    The rows and rules are hashed as parsed data (canonical JSON), the weights as array bytes, so a
+    re-serialization that does not change them keeps the fingerprint.
+    """
+    import numpy as np
+    import yaml
+
     h = hashlib.sha256()
-    for p in [CORPUS, PKG / "rules.yaml", *sorted(PKG.glob("*.py")), ROOT / "tools" / "train_scanner.py"]:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
+
+    def put(tag: str, blob: bytes) -> None:
+        h.update(f"{tag}:{len(blob)}:".encode())
+        h.update(blob)
+
+    put("corpus", json.dumps(load_corpus(CORPUS), sort_keys=True, ensure_ascii=False).encode())
+    rules = yaml.safe_load((PKG / "rules.yaml").read_text(encoding="utf-8"))
+    put("rules", json.dumps(rules, sort_keys=True, ensure_ascii=False).encode())
+    with np.load(PKG / "model.npz", allow_pickle=False) as data:
+        put("weights", np.ascontiguousarray(data["weights"]).tobytes())
+        put("bias", np.float64(data["bias"]).tobytes())
+        put("meta", json.dumps(json.loads(str(data["meta"])), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 

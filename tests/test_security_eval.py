@@ -2,7 +2,7 @@
 
 Retraining the model six times takes minutes on a shared runner, so ``benchmarks/security_eval.py
 --write-report`` writes ``tests/data/security/loso_report.json`` and this test checks that the report
-belongs to the CURRENT corpus, rules, scanner code and trainer (fingerprint) and that it meets the targets.
+belongs to the CURRENT corpus, rules and model weights (fingerprint: data, not code) and that it meets the targets.
 Set ``IRONMEM_RUN_LOSO=1`` to recompute the evaluation inside the test instead (slow).
 """
 
@@ -49,9 +49,9 @@ def test_report_is_current(report: dict) -> None:
     )
 
 
-# Floors: the committed leave-one-source-out figures (2026-11-30: detection 84.8%, false positives 2.2%,
-# every language >= 68%, every category >= 68%). A change that lowers them fails here.
-FLOOR = {"detection": 0.84, "false_positive": 0.025, "category": 0.68, "language": 0.68}
+# Floors: the committed leave-one-source-out figures (2026-12-01: detection 89.6%, false positives 1.4%,
+# every category >= 75.8%, every language >= 71.4%). A change that lowers them fails here.
+FLOOR = {"detection": 0.89, "false_positive": 0.015, "category": 0.75, "language": 0.71}
 
 
 def test_loso_does_not_regress(report: dict) -> None:
@@ -67,8 +67,8 @@ def test_loso_does_not_regress(report: dict) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue #14 targets not met yet (LOSO 84.8% / 2.2% FP; encoded, exfiltration, override, secrets, "
-    "de, it below target); strict: this turns into a failure to remove the mark once they are met",
+    reason="issue #14 targets not met yet (LOSO 89.6% / 1.4% FP; instruction_override 75.8%, it 71.4% below "
+    "target); strict: this turns into a failure to remove the mark once they are met",
 )
 def test_issue_targets(report: dict) -> None:
     lo = report["loso"]["all"]

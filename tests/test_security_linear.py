@@ -27,6 +27,14 @@ CASES = {
     "entities": "&amp;" * (N // 5),
     "newlines": "\n" * N,
     "cjk": "忽略" * (N // 2),
+    # the decoders and link rules added for issue #14: each must stay linear on its own worst input
+    "binary octets": "01000001 " * (N // 9),
+    "morse run": ".- " * (N // 3),
+    "ascii85 opener": "<~" + "A" * N,
+    "base85 punctuation": "a!b#c$d%e&" * (N // 10),
+    "backwards words": "eht dna uoy " * (N // 12),
+    "link placeholders": "//x.io/?q=[info] " * (N // 17),
+    "url template words": "https://a.io/" + "x_token/" * (N // 8),
 }
 
 
@@ -38,6 +46,19 @@ def test_adversarial_100k_finishes(name: str) -> None:
     took = time.perf_counter() - t0
     # a generous bound: the quadratic version took minutes at this size; throughput is in the benchmark
     assert took < 20.0, f"{name}: {took:.2f}s for {len(text):,} chars"
+
+
+@pytest.mark.parametrize("unit", ["01000001 ", ".- ", "//x.io/?q=[info] ", "eht dna uoy "])
+def test_decoder_inputs_scale_linearly(unit: str) -> None:
+    def t(n: int) -> float:
+        s = unit * (n // len(unit))
+        t0 = time.process_time()
+        scan(s)
+        return time.process_time() - t0
+
+    t(2_000)  # warm up
+    small, big = t(20_000), t(160_000)
+    assert big < max(small, 0.01) * 8 * 4, (unit, small, big)  # 8x the input, far below 64x (quadratic)
 
 
 def test_tag_runs_scale_linearly() -> None:

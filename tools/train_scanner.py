@@ -27,8 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare  # noqa: E402
-from ironmem.core.security.normalize import normalize  # noqa: E402
+from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare
+from ironmem.core.security.normalize import normalize
 
 CORPUS = ROOT / "tests" / "data" / "security" / "corpus.jsonl"
 OUT = ROOT / "ironmem" / "core" / "security" / "model.npz"

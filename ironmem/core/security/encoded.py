@@ -105,3 +105,73 @@ def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
     return out
 
 
+
+
+# ---------------------------------------------------------------- more encodings (decoded, then scanned again)
+# Each decoder is one regex pass plus a decode of the matched runs: linear in the input.
+
+_BINARY_RE = re.compile(r"(?<![01])(?:[01]{8}[ \t,;]*){6,}")
+_MORSE_RE = re.compile(r"(?<![\w.-])(?:[.\-]{1,7}(?: / | {1,3}|/)){6,}[.\-]{1,7}(?![\w.-])")
+_A85_RE = re.compile(r"<~([!-u\s]{10,}?)~>")
+_B85_RE = re.compile(r"(?<![!-~])[0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]{20,}")
+_MORSE = {
+    ".-": "a", "-...": "b", "-.-.": "c", "-..": "d", ".": "e", "..-.": "f", "--.": "g", "....": "h", "..": "i",
+    ".---": "j", "-.-": "k", ".-..": "l", "--": "m", "-.": "n", "---": "o", ".--.": "p", "--.-": "q", ".-.": "r",
+    "...": "s", "-": "t", "..-": "u", "...-": "v", ".--": "w", "-..-": "x", "-.--": "y", "--..": "z",
+    "-----": "0", ".----": "1", "..---": "2", "...--": "3", "....-": "4", ".....": "5", "-....": "6",
+    "--...": "7", "---..": "8", "----.": "9", ".-.-.-": ".", "--..--": ",", "..--..": "?", "-.-.--": "!",
+    "-....-": "-", "-..-.": "/", ".--.-.": "@", "---...": ":",
+}
+#: Frequent English words written backwards: text that reads right-to-left is read again reversed.
+_REVERSED_HINTS = frozenset(
+    ["eht", "dna", "uoy", "ruoy", "lla", "rof", "siht", "htiw", "taht", "snoitcurtsni", "suoiverp", "erongi",
+     "metsys", "tpmorp", "laever", "won", "selur", "ot", "fo", "em", "wohs", "dnes", "drowssap", "terces"]
+)
+_WORDS_RE = re.compile(r"[a-z]{2,}")
+
+
+def _morse_decode(run: str) -> str:
+    words = re.split(r" / |/| {3}", run.strip())
+    return " ".join("".join(_MORSE.get(c, "") for c in w.split()) for w in words)
+
+
+def more_decodings(v: Views, limit: int = 20_000) -> list[tuple[str, str, tuple[int, int]]]:
+    """(kind, decoded text, span) for binary octets, Morse code, Ascii85/Base85 runs, text written backwards
+    each of which reads as text once undone (quoted fragments are joined by :func:`normalize` already)."""
+    out: list[tuple[str, str, tuple[int, int]]] = []
+    dec = v.dec
+    if "0" in dec and "1" in dec:
+        for m in _BINARY_RE.finditer(dec):
+            bits = re.sub(r"[^01]", "", m.group(0))
+            s = _printable_text(bytes(int(bits[i : i + 8], 2) for i in range(0, len(bits) - 7, 8)))
+            if s:
+                out.append(("binary", s, m.span()))
+    if ".-" in dec or "-." in dec:
+        for m in _MORSE_RE.finditer(dec):
+            s = _morse_decode(m.group(0))
+            if len(s) >= 8 and " " in s:
+                out.append(("morse", s, m.span()))
+    if "<~" in dec:
+        for m in _A85_RE.finditer(dec):
+            try:
+                s = _printable_text(base64.a85decode(re.sub(r"\s", "", m.group(1))))
+            except ValueError:
+                s = None
+            if s:
+                out.append(("ascii85", s, m.span()))
+    for tok in (t for t in v.raw.split() if len(t) >= 20):  # raw: %XX in Base85 is not a URL escape
+        if not any(c in tok for c in "!#$%&()*;<>?@^`{|}~") or "://" in tok:
+            continue
+        for m in _B85_RE.finditer(tok):
+            try:
+                s = _printable_text(base64.b85decode(m.group(0)))
+            except ValueError:
+                s = None
+            if s:
+                at = max(0, v.raw.find(tok))
+                out.append(("base85", s, (at + m.start(), at + m.end())))
+    head = v.norm[:limit]
+    words = _WORDS_RE.findall(head)
+    if words and sum(w in _REVERSED_HINTS for w in words) >= max(3, len(words) // 5):
+        out.append(("reversed", head[::-1], (0, len(head))))
+    return out

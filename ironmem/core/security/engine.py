@@ -190,12 +190,14 @@ def load_rules() -> tuple[Rule, ...]:
     """The compiled rules shipped with the package (``ironmem/core/security/rules.yaml``)."""
     text = resources.files(__package__).joinpath("rules.yaml").read_text(encoding="utf-8")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return _compile(yaml.load(text, Loader=loader))  # noqa: S506 - a safe loader
+    return _compile(yaml.load(text, Loader=loader))
 
 
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
-_TERM_RE = re.compile(r"[.!?\n。！？]")
+# A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
+# a version number does not end it), at a newline, or at a CJK full stop.
+_TERM_RE = re.compile(r"[.!?](?=\s|$)|[\n。！？]")
 _TOKEN_RE = re.compile(r"\w+")
 
 
@@ -229,7 +231,8 @@ class _Text:
         word = first.group(0)
         if first.end() == len(lit) or not lit[first.end()].isspace():
             # the literal may end inside a token ("ignor" of ignore) or continue with punctuation
-            return word in self._prefixes or word in self._tokens  # type: ignore[operator]
+            # prefixes are kept up to 12 characters: a longer stem is checked by its first 12, then found
+            return word[:12] in self._prefixes or word in self._tokens  # type: ignore[operator]
         return word in self._tokens
 
     def literal(self, lit: str) -> list[int]:

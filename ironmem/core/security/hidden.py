@@ -10,6 +10,7 @@ import unicodedata
 from .normalize import _FOREIGN_CONFUSABLES, _SENSITIVE_WORDS, _SKELETON_TABLE, Views
 from .result import Finding
 
+
 def _is_emojiish(ch: str) -> bool:
     cp = ord(ch)
     return (

@@ -15,8 +15,6 @@ import unicodedata
 import urllib.parse
 from dataclasses import dataclass, field
 
-
-
 # Removed before matching (they render as nothing). ZWJ/ZWNJ are removed too; whether they are *reported*
 # is decided separately, by context.
 _STRIP_CHARS = (

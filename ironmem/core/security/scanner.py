@@ -23,7 +23,7 @@ from typing import Literal
 
 from ironmem.core.fence import find_forgeries
 
-from .encoded import _ROT13_HINTS, decoded_payloads
+from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
 from .engine import match_rules
 from .hidden import hidden_findings, homoglyph_findings
 from .model import LinearModel, load_model
@@ -58,7 +58,8 @@ _META_RE = re.compile(
     r"(?:injection|jailbreak|attack|attacker|payload|malicious|adversar|red team|red-team|phishing|example of|"
     r"such as|e\.g\.|for instance|phrases like|strings like|patterns like|the classic|known as|"
     r"(?:tells?|asks?|tricks?|makes?|told|asked|tricked|try to get|tries to get) (?:the |an? )?(?:model|llm|ai|agent|assistant)s? (?:to|into)|"
-    r"prompt-injection|we scan|detects?|detection|block(?:s|ed)?|flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
+    r"prompt-injection|we scan|detects?|detection|(?:we|to|and|which|that) block|blocks (?:it|them|these|those|such)|blocked|"
+    r"flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
     r"注入|攻击|越狱|インジェクション|攻撃|인젝션|공격|inyecci|angriff|injektion|атак|инъекц|saldır|هجوم|حقن)"
 )
 _MENTION_CATS = {
@@ -116,14 +117,18 @@ def _content(
     blocking = list(strong)
     distinct_weak = {f.rule for f in weak if f.rule not in mentions}
     for f in weak:
-        # a weak signal blocks with a second one (two different rules agree) or with the model's support
+        # a weak signal blocks with a second one (two different rules agree) or with the model's support; a
+        # mention (a quoted or discussed attack phrase) is reported but supports nothing: the note is about
+        # the attack, so only the model on its own (below) or other signals can block it
+        if f.rule in mentions:
+            continue
         if len(distinct_weak) >= 2 or score >= support:
             blocking.append(f)
     if not blocking and score >= alone:
         blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
-        inner = decoded_payloads(v)
+        inner = decoded_payloads(v) + more_decodings(v)
         words = set(_WORD_RE.findall(view[:20_000])) if depth == 0 else set()
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
