@@ -194,6 +194,7 @@ _CLOSE_RE = re.compile(rf"{_S}/?{_S}[>\]}}]")
 # Chat-template tokens by shape.
 _BAR_RE = re.compile(
     rf"<{_S}\|{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
+    rf"|<{_S}\|[^<>|\[\]\x00]{{1,200}}?\|{_S}>"  # <|#...|>: whatever comes first, closed by |>
     rf"|<{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>"  # <anything|>
 )
 

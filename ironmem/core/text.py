@@ -189,7 +189,7 @@ _ESCAPE_RE = regex.compile(
     | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9a-fA-F])
     | \\(?P<css>[0-9a-fA-F]{1,6})[ \t\n]?
     | \\(?P<cc>[ntr])
-    | \\(?P<ident>[^\n0-9a-fA-FNuUx])
+    | \\(?P<ident>[^\n\x000-9a-fA-FNuUx])
     | (?<![A-Za-z0-9])[Uu]\+(?P<uplus>[0-9a-fA-F]{4,6})
     | =(?P<qp>[0-9A-F]{2})
     """,
@@ -206,7 +206,12 @@ def _chr(value: int) -> str | None:
 
 
 def _decode_one(m: regex.Match[str]) -> str | None:
-    """The decoded text of one escape, or None to leave it as written."""
+    """The decoded text of one escape, or None to leave it as written (a NUL decodes as U+0001, see fold_map)."""
+    out = _decode_value(m)
+    return out.replace("\x00", "\x01") if out and "\x00" in out else out
+
+
+def _decode_value(m: regex.Match[str]) -> str | None:
     kind = m.lastgroup
     value = m.group(kind) if kind else None
     if kind is None or value is None:
@@ -691,6 +696,26 @@ class Folded:
         return s, min(e, len(self.source))
 
 
+def _unreverse_into(cur: str, stages: list[_Stage | _CharStage]) -> str:
+    out, stage = _unreverse(cur)
+    if stage is not None:
+        stages.append(stage)
+    return out
+
+
+def _decode_all(cur: str, stages: list[_Stage | _CharStage]) -> str:
+    """Escape-decoding rounds (at most :data:`MAX_DECODE_ROUNDS`), each round's offsets kept in ``stages``."""
+    for _ in range(MAX_DECODE_ROUNDS):
+        if not _may_hold_escape(cur):
+            break
+        out, stage = _decode_round(cur, record=True)
+        if stage is None:
+            break
+        stages.append(stage)
+        cur = out
+    return cur
+
+
 def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folded:
     """Fold ``text`` (see the module docstring) and keep the way back to the original offsets.
 
@@ -700,19 +725,16 @@ def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folde
     (that is what the fence does).
     """
     stages: list[_Stage | _CharStage] = []
-    cur = text
-    for _ in range(MAX_DECODE_ROUNDS):
-        if not _may_hold_escape(cur):
-            break
-        out, stage = _decode_round(cur, record=True)
-        if stage is None:
-            break
-        stages.append(stage)
-        cur = out
-    out, stage = _unreverse(cur)
-    if stage is not None:
-        stages.append(stage)
-        cur = out
+    # U+0000 separates the readings of an override run (below); a NUL in the text itself is a control
+    # character like U+0001 (a separator), so it can neither pose as that boundary nor hide a token.
+    cur = text.replace("\x00", "\x01") if "\x00" in text else text
+    # Override runs are read in display order before decoding (an escape written backwards reads forwards
+    # there) and, when decoding produced an override (&#x202e;), after it too.
+    cur = _unreverse_into(cur, stages)
+    overrides = cur.count(_RLO)
+    cur = _decode_all(cur, stages)
+    if cur.count(_RLO) > overrides:
+        cur = _decode_all(_unreverse_into(cur, stages), stages)
     folded = _fold_chars(cur, spaces)
     stages.append(_CharStage(cur, spaces))
     if spaces and collapse:
