@@ -61,6 +61,7 @@ import bisect
 import functools
 import html
 import itertools
+import operator
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -300,32 +301,56 @@ class _Stage:
         return shifted, shifted + 1
 
 
+# The same alternation with one capturing group around it: ``split`` then hands back plain text and escapes
+# alternately without a Match object per escape (the hot path on hostile input).
+_ESCAPE_SPLIT_RE = regex.compile(
+    "(" + regex.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern) + ")", regex.VERBOSE
+)
+
+
+class _DecodeTable(dict[str, str]):
+    """Escape as written -> its decoded text (itself when it does not decode); filled on first sight, bounded.
+
+    What an escape decodes to depends on its own characters only, so the answer can be remembered.
+    """
+
+    def __missing__(self, escape: str) -> str:
+        m = _ESCAPE_RE.fullmatch(escape)
+        decoded = _decode_one(m) if m else None
+        out = escape if decoded is None else decoded
+        if len(escape) <= 64:  # a long %XX%XX... run is decoded, not remembered
+            if len(self) >= 50_000:
+                self.clear()
+            self[escape] = out
+        return out
+
+
+_DECODED = _DecodeTable()
+
+
 def _decode_round(text: str, *, record: bool) -> tuple[str, _Stage | None]:
-    pieces: list[str] = []
-    stage = _Stage([], [], [], []) if record else None
-    last = 0
-    out_len = 0
-    changed = False
-    for m in _ESCAPE_RE.finditer(text):
-        decoded = _decode_one(m)
-        if decoded is None:
-            continue
-        s, e = m.span()
-        pieces.append(text[last:s])
-        out_len += s - last
-        pieces.append(decoded)
-        if stage is not None:
-            stage.seg_out.append(out_len)
-            stage.seg_out_end.append(out_len + len(decoded))
-            stage.seg_in.append(s)
-            stage.seg_in_end.append(e)
-        out_len += len(decoded)
-        last = e
-        changed = True
-    if not changed:
+    parts = _ESCAPE_SPLIT_RE.split(text)
+    if len(parts) == 1:
         return text, None
-    pieces.append(text[last:])
-    return "".join(pieces), stage
+    escapes = parts[1::2]
+    decoded = list(map(_DECODED.__getitem__, escapes))
+    changed = list(map(operator.ne, decoded, escapes))
+    if not any(changed):
+        return text, None
+    stage = None
+    if record:
+        starts_in = list(itertools.accumulate(map(len, parts), initial=0))
+        parts[1::2] = decoded
+        starts_out = list(itertools.accumulate(map(len, parts), initial=0))
+        stage = _Stage(
+            list(itertools.compress(starts_out[1::2], changed)),
+            list(itertools.compress(starts_out[2::2], changed)),
+            list(itertools.compress(starts_in[1::2], changed)),
+            list(itertools.compress(starts_in[2::2], changed)),
+        )
+    else:
+        parts[1::2] = decoded
+    return "".join(parts), stage
 
 
 def _may_hold_escape(text: str) -> bool:
