@@ -62,6 +62,7 @@ import functools
 import html
 import itertools
 import operator
+import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -303,8 +304,14 @@ class _Stage:
 
 # The same alternation with one capturing group around it: ``split`` then hands back plain text and escapes
 # alternately without a Match object per escape (the hot path on hostile input).
-_ESCAPE_SPLIT_RE = regex.compile(
-    "(" + regex.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern) + ")", regex.VERBOSE
+# The standard ``re`` engine with a leading look-ahead on the first characters skips ordinary text fastest.
+_ESCAPE_SPLIT_RE = re.compile(
+    r"(?=[&%\\=Uu])("
+    + re.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern).replace(
+        r"(?<![A-Za-z0-9])[Uu]\+", r"[Uu](?<![A-Za-z0-9][Uu])\+"
+    )
+    + ")",
+    re.VERBOSE,
 )
 
 
@@ -590,21 +597,22 @@ def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
 _ASCII = {flag: _ascii_tables(flag) for flag in (False, True)}
 
 
-_RUNS_RE = regex.compile(r"[\x00-\x7f]+|[^\x00-\x7f]+")
+# Long ASCII runs go through bytes.translate (C speed, no lookups); everything between them, ASCII or not,
+# through one str.translate with the cached table. Splitting at every script change instead would cost a
+# Python step per word on mixed text.
+_LONG_ASCII_RE = regex.compile(r"([\x00-\x7f]{32,})")
 
 
 def _fold_chars(text: str, spaces: bool) -> str:
-    """Per-character fold: ASCII runs through ``bytes.translate``, the rest through the cached table."""
+    """Per-character fold of ``text`` (see :func:`fold_char`)."""
     fold_tbl, _, delete = _ASCII[spaces]
     if text.isascii():
         return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
     table = _TABLES[spaces]
-    return "".join(
-        run.encode("ascii").translate(fold_tbl, delete).decode("ascii")
-        if run.isascii()
-        else run.translate(table)
-        for run in _RUNS_RE.findall(text)
-    )
+    parts = _LONG_ASCII_RE.split(text)
+    parts[0::2] = [p.translate(table) for p in parts[0::2]]
+    parts[1::2] = [p.encode("ascii").translate(fold_tbl, delete).decode("ascii") for p in parts[1::2]]
+    return "".join(parts)
 
 
 def _fold_lengths(text: str, spaces: bool) -> bytes:
@@ -613,12 +621,13 @@ def _fold_lengths(text: str, spaces: bool) -> bytes:
     if text.isascii():
         return text.encode("ascii").translate(lens_tbl)
     table = _LENS[spaces]
-    return b"".join(
-        run.encode("ascii").translate(lens_tbl)
-        if run.isascii()
-        else run.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES)
-        for run in _RUNS_RE.findall(text)
-    )
+    parts = _LONG_ASCII_RE.split(text)
+    out = [p.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES) for p in parts[0::2]]
+    ascii_runs = [p.encode("ascii").translate(lens_tbl) for p in parts[1::2]]
+    joined: list[bytes] = [b""] * len(parts)
+    joined[0::2] = out
+    joined[1::2] = ascii_runs
+    return b"".join(joined)
 
 
 @dataclass
