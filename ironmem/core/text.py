@@ -14,7 +14,11 @@ the text, never against the raw characters, so a pattern written once for ``memo
    because the reader (a language model) decodes them whatever the context.
 2. **Bidi overrides**: a run after RIGHT-TO-LEFT OVERRIDE (U+202E) is *displayed* reversed with mirrored
    brackets; the folded view holds the logical run, the reversed run and the reversed-mirrored run, so a tag
-   hidden by reversal is seen in every reading order.
+   hidden by reversal is seen in every reading order. Runs are read so *before* escape decoding (an escape
+   written backwards, ``}O RETTEL LLAMS NITAL{N\\``, reads forwards once displayed) and again after it when
+   decoding produced an override (``&#x202e;``). The readings are separated by U+0000; a NUL in the text itself
+   (or decoded from ``&#0;``) is read as U+0001, an ordinary separator, so it can neither pose as that boundary
+   nor hide a token.
 3. **Per character** (:func:`fold_char`): Default_Ignorable_Code_Point characters are removed (zero-width
    characters, joiners, soft hyphen, variation selectors, bidi controls, Unicode tag characters, the Hangul
    fillers U+115F, U+1160, U+3164, U+FFA0, ...; the property comes from the ``regex`` module's Unicode
@@ -32,7 +36,8 @@ the text, never against the raw characters, so a pattern written once for ``memo
    (``i g n o r e`` reads ``ignore``), which is the view a word-based scanner wants.
 
 Everything is linear in the length of the text: each step is one pass (C-level ``str.translate`` with a
-per-character cache, or one regex pass) and the number of decoding rounds is bounded.
+per-character cache, ``bytes.translate`` for long ASCII runs, or one regex pass; escapes are found by one
+``split`` and each distinct escape is decoded once) and the number of decoding rounds is bounded.
 
 Because folding changes lengths, :func:`fold_map` also returns where each folded character came from, so a
 match in the folded view can be cut out of the original text at exactly the right place.
