@@ -318,12 +318,19 @@ def find_forgeries(text: str, *, headers: bool = False) -> list[tuple[int, int, 
     """
     if not text:
         return []
-    return [(s, e, "note" if kind == "note:" else kind) for s, e, kind in _find_cached(text, headers)]
+    return [(s, e, "note" if kind == "note:" else kind) for s, e, kind in _find_spans(text, headers)]
+
+
+def _find_spans(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
+    """The scanner re-checks the same entries on every write and render: remember recent answers (for texts up
+    to 64 KB, so the memory this takes stays bounded)."""
+    if len(text) > 65_536:
+        return tuple(_find(text, headers))
+    return _find_cached(text, headers)
 
 
 @functools.lru_cache(maxsize=4096)
 def _find_cached(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
-    """The scanner re-checks the same entries on every write and render: remember recent answers."""
     return tuple(_find(text, headers))
 
 
@@ -483,11 +490,11 @@ def sanitize(text: str) -> str:
         return ""
     out = text
     for _ in range(MAX_ROUNDS):
-        spans = _find_cached(out, True)
+        spans = _find_spans(out, True)
         if not spans:
             return out
         out = _replace(out, spans)
-    if not _find_cached(out, True):
+    if not _find_spans(out, True):
         return out
     logger.warning(
         "recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS
