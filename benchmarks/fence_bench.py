@@ -11,8 +11,10 @@
    ``</?memory-context>`` and a fixed set of template tokens, case-insensitive), so the table shows what
    construction buys over listing variants.
 2. **Throughput**: ``sanitize`` and ``fence`` on 1 MB of (a) dense attacks (a forgery every ~40 characters),
-   (b) sparse attacks (one per ~2 KB of prose), (c) plain English prose, (d) Cyrillic prose; CPU time, best of 3,
-   against the same peer. Target: well under 1 s per MB.
+   (b) sparse attacks (one per ~2 KB of prose), and ordinary text: (c) plain English prose, (d) Markdown notes
+   with links, paths, ``User:`` and ``Note:`` lines, (e) code with ``<div>``, ``<s>``, ``a < b``, (f) Cyrillic
+   prose, (g) Cyrillic notes with brackets and colons; CPU time (best of 3 cold calls: the fence's memory of
+   recent answers is cleared before each) and MB/s, against the same peer. Target: well under 1 s per MB.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import test_fence_properties as grammar
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ironmem.core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, sanitize
+from ironmem.core.fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, _find_cached, fence, sanitize
 
 _PEER_RE = re.compile(
     r"</?\s*memory[-_ ]?context\s*>|<\|(?:im_start|im_end|eot_id|start_header_id|end_header_id)\|>|\[/?INST\]"
@@ -107,6 +109,17 @@ def _sample(strategy: st.SearchStrategy[str], n: int) -> list[str]:
     return out
 
 
+NOTES = (
+    "## Preferences\n- Prefers metric units; answers short.\n- Timezone: Europe/Berlin (UTC+1)\n"
+    "User: Alice Example, works on [ironmem](https://example.com/ironmem) and reads /srv/data/notes.md\n"
+    "Note: the staging DB is at postgres://db:5432/app | backups 02:00 | on-call rota in {team}.\n\n"
+)
+CODE = (
+    "def render(items: list[str]) -> str:\n"
+    "    # <div> wraps the list; <s> marks old prices; a < b and c > d; x | y\n"
+    "    html = ['<div class=\"list\">'] + [f'<li><s>{i}</s></li>' for i in items] + ['</div>']\n"
+    "    return '\\n'.join(html)  # Human: in a docstring is prose, 50% &amp; more\n\n"
+)
 PROSE = (
     "The user prefers metric units, drinks green tea in the morning and keeps notes in Markdown. "
     "Deploy with make release; the staging host is staging.example.com and backups run at 02:00. "
@@ -138,13 +151,18 @@ def corpora(size: int, seed: int) -> dict[str, str]:
         "dense attacks": "".join(dense_parts)[:size],
         "sparse attacks": "".join(sparse_parts)[:size],
         "plain English": (PROSE * (size // len(PROSE) + 1))[:size],
+        "Markdown notes": (NOTES * (size // len(NOTES) + 1))[:size],
+        "code (HTML in Python)": (CODE * (size // len(CODE) + 1))[:size],
         "Cyrillic prose": (CYRILLIC * (size // len(CYRILLIC) + 1))[:size],
+        "Cyrillic notes": ((CYRILLIC + "[x]: y\n") * (size // (len(CYRILLIC) + 7) + 1))[:size],
     }
 
 
 def cpu_best(fn: Any, arg: str, repeat: int = 3) -> float:
+    """Best CPU time of ``repeat`` cold calls (the fence remembers recent answers: that memory is cleared)."""
     best = float("inf")
     for _ in range(repeat):
+        _find_cached.cache_clear()
         t0 = time.process_time()
         fn(arg)
         best = min(best, time.process_time() - t0)
@@ -202,18 +220,20 @@ def main() -> int:
             "peer_s": round(p, 4),
             "changed": changed,
         }
+        speed[name]["fence_mb_per_s"] = round(len(text) / 1e6 / max(f, 1e-9), 1)
         rows.append(
             [
                 name,
                 f"{len(text) / 1e6:.1f} MB",
                 f"{s:.3f}",
                 f"{f:.3f}",
+                f"{len(text) / 1e6 / max(f, 1e-9):,.1f}",
                 f"{p:.3f}",
                 "yes" if changed else "no",
             ]
         )
-    print("Throughput, CPU seconds (best of 3)")
-    print(table(["corpus", "size", "sanitize", "fence", "peer", "rewritten"], rows))
+    print("Throughput, CPU seconds (best of 3 cold calls; figures are noisy on a shared machine)")
+    print(table(["corpus", "size", "sanitize s", "fence s", "fence MB/s", "peer s", "rewritten"], rows))
     worst = max(v["fence_s"] / (v["chars"] / 1e6) for v in speed.values())  # seconds per MB
     met = worst < 1.0 and gen["ironmem_forged"] == 0
     print(

@@ -36,7 +36,7 @@ How it holds by construction
    right before a closing bracket with no opener, no inserted letter is allowed (``and/or memory context``
    and ``memory context c > d`` are prose).
 3. Chat-template tokens are matched by shape, not by list: anything between ``<|`` and ``|>`` (full-width
-   and look-alike bars fold to ``|``), and angle or square bracket tags whose name is a *role* (system, user,
+   and look-alike bars fold to ``|``; ``<|#x|>`` too, and ``<|x|`` without its ``>``), and angle or square bracket tags whose name is a *role* (system, user,
    assistant, human, developer, model, tool, function, ipython) or a *control word* of the templates (inst,
    sys, think, invoke, bos/eos/eot/eom, im_start/im_end, start/end/begin-of-anything, tool/function +
    call/use/response/result/output/code, available tools, system prompt).
@@ -50,6 +50,10 @@ How it holds by construction
 5. Deterministic and cache-friendly: the same input always gives the same bytes, and text in which nothing is
    found is returned unchanged (the same object), so ordinary memories stay byte-identical and the prompt
    prefix cache holds.
+6. Linear time: one fold (C-level translation, one escape ``split``, bounded decoding rounds), one pass of
+   each pattern (possessive, bounded repeats), offsets mapped back with binary search, at most
+   :data:`MAX_ROUNDS` re-checks. Text whose fold holds no bracket, bar, slash or colon and no copy of the note
+   stops after the fold. ``benchmarks/fence_bench.py`` times 1 MB of dense forgeries and of ordinary text.
 
 What stays unchanged on purpose (false positives cost users their memory): ``<div>``, ``<b>``, ``<s>`` and
 other HTML; ``Human:`` or ``System:`` inside a line; ``System: macOS 14`` at the start of a memory (plain
@@ -77,10 +81,11 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Sequence
 
 import regex
 
-from .text import fold, fold_char, fold_map
+from .text import fold, fold_map
 
 __all__ = [
     "FENCE_CLOSE",
@@ -113,7 +118,7 @@ NOTE_BODY_MARK = "[copied fence note removed]"
 HEADER_MARK = "[quoted] "
 
 # Priority when spans of different kinds overlap: the stronger marker wins.
-_PRIORITY = {"tag": 5, "token": 4, "note-body": 3, "note": 2, "header": 1}
+_PRIORITY = {"tag": 6, "token": 5, "note-body": 4, "note:": 3, "note": 2, "header": 1}
 
 # ------------------------------------------------------------------------------------------------ patterns
 # All patterns run on fold_map(text, spaces=True, collapse=False).text: lower-case, look-alikes mapped, every
@@ -151,6 +156,9 @@ _TARGET = "memorycontext"
 _FUZZY_PREFIX = regex.compile(rf"(?b)(?:{_TARGET}){{i<=1,d<=2,s<=2,e<=2}}")
 _FUZZY_PREFIX_STRICT = regex.compile(rf"(?b)(?:{_TARGET}){{d<=2,s<=2,e<=2}}")
 _FUZZY_SUFFIX = regex.compile(rf"(?b)(?:{_TARGET[::-1]}){{d<=2,s<=2,e<=2}}")
+
+
+_SHORTEST = len(_TARGET) - 2  # a name with fewer letters is not within two edits (except a short memory...)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -194,6 +202,7 @@ _CLOSE_RE = re.compile(rf"{_S}/?{_S}[>\]}}]")
 # Chat-template tokens by shape.
 _BAR_RE = re.compile(
     rf"<{_S}\|{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>?"  # <|anything|>  (<｜User｜> folds to this too)
+    rf"|<{_S}\|[^<>|\[\]\x00]{{1,200}}?\|{_S}>"  # <|#...|>: whatever comes first, closed by |>
     rf"|<{_S}{_L}[^<>|\[\]\x00]{{0,200}}?\|{_S}>"  # <anything|>
 )
 
@@ -309,40 +318,29 @@ def find_forgeries(text: str, *, headers: bool = False) -> list[tuple[int, int, 
     """
     if not text:
         return []
-    return list(_find_cached(text, headers))
+    return [(s, e, "note" if kind == "note:" else kind) for s, e, kind in _find_spans(text, headers)]
+
+
+def _find_spans(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
+    """The scanner re-checks the same entries on every write and render: remember recent answers (for texts up
+    to 64 KB, so the memory this takes stays bounded)."""
+    if len(text) > 65_536:
+        return tuple(_find(text, headers))
+    return _find_cached(text, headers)
 
 
 @functools.lru_cache(maxsize=4096)
 def _find_cached(text: str, headers: bool) -> tuple[tuple[int, int, str], ...]:
-    """The scanner re-checks the same entries on every write and render: remember recent answers."""
     return tuple(_find(text, headers))
 
 
-class _StructureTable(dict[int, str]):
-    """``str.translate`` table: a character whose fold holds a bracket, bar, slash or colon -> itself, else ""."""
-
-    def __missing__(self, cp: int) -> str:
-        out = chr(cp) if any(c in "<>[]{}|/:" for c in fold_char(chr(cp), True)) else ""
-        if len(self) >= 200_000:
-            self.clear()
-        self[cp] = out
-        return out
-
-
-_STRUCTURE_TABLE = _StructureTable()
-_ESCAPE_OR_OVERRIDE = frozenset("&%\\=+\u202e")
-
-
-def _inert(text: str) -> bool:
-    """No bracket, bar, slash or colon in any written form, no escape, no override: no boundary can form."""
-    return not any(c in text for c in _ESCAPE_OR_OVERRIDE) and not text.translate(_STRUCTURE_TABLE)
-
-
 def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
-    if _inert(text):
-        return []
+    # One fold (bytes.translate speed for ASCII, a cached str.translate otherwise). Text whose fold holds no
+    # bracket, bar, slash or colon and no copy of the note cannot form a boundary: nothing else runs.
     folded = fold_map(text, spaces=True, collapse=False)
     v = folded.text
+    if not any(c in v for c in "<>[]{}|/:") and not _NOTE_BODY_RE.search(v):
+        return []
     found: list[tuple[int, int, str]] = []
 
     def add(s: int, e: int, kind: str) -> None:
@@ -352,12 +350,14 @@ def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
     if any(c in v for c in "<[{/>]}"):
         for m in _OPEN_NAME_RE.finditer(v):
             name = m.group("name")
-            bracket = m.group(0)[0] in "<[{"
-            n = _near_fence_name(
-                name.replace(" ", "").replace("\n", ""), strict=not bracket, short=m.group(0)[0] == "<"
-            )
+            compact = name.replace(" ", "").replace("\n", "")
+            opener = v[m.start()]
+            if len(compact) < _SHORTEST and not (opener == "<" and compact.startswith("memory")):
+                continue  # too short to be the name (the common case on hostile text: skip the fuzzy match)
+            n = _near_fence_name(compact, strict=opener not in "<[{", short=opener == "<")
             if not n:
                 continue
+            bracket = opener in "<[{"
             end = m.start("name") + _letter_offset(name, n)
             tail = (_TAG_TAIL if bracket else _CLOSE_RE).match(v, end)
             add(m.start(), tail.end() if tail else end, "tag")
@@ -365,6 +365,8 @@ def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
         for m in _NAME_CLOSE_REV_RE.finditer(rv):
             name = m.group("name")[::-1]
             letters = name.replace(" ", "").replace("\n", "")
+            if len(letters) < _SHORTEST:
+                continue
             n = _near_fence_name(letters, at_end=True)
             if n:
                 name_start = len(v) - m.end()
@@ -379,7 +381,7 @@ def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
         for m in _BRACKET_TOKEN_RE.finditer(v):
             add(m.start(), m.end(), "token")
         for m in _NOTE_LABEL_RE.finditer(v):
-            add(m.start(), m.end(), "note")
+            add(m.start(), m.end(), "note")  # a label: [SYSTEM]
     if ":" in v and headers:
         first = _HEADER_AT_RE.match(v)
         for m in ([first] if first else []) + list(_HEADER_NL_RE.finditer(v)):
@@ -396,13 +398,13 @@ def _find(text: str, headers: bool) -> list[tuple[int, int, str]]:
     if ":" in v:
         for m in _NOTE_COLON_RE.finditer(v):
             if m.start() == 0 or not v[m.start() - 1].isalnum():
-                add(m.start(), m.end(), "note")
+                add(m.start(), m.end(), "note:")
         first = _AUTHORITY_AT_RE.match(v)
         for m in ([first] if first else []) + list(_AUTHORITY_RE.finditer(v)):
             start = m.start() if m is first else m.start() + 1
             while v[start] == " ":
                 start += 1
-            add(start, m.end(), "note")
+            add(start, m.end(), "note:")
     for m in _NOTE_BODY_RE.finditer(v):
         add(m.start(), m.end(), "note-body")
     if not found:
@@ -431,14 +433,16 @@ def _marker(kind: str, original: str) -> str:
         return TOKEN_MARK
     if kind == "note-body":
         return NOTE_BODY_MARK
-    if kind == "note":
-        return NOTE_MARK if fold(original).rstrip().endswith(":") else NOTE_LABEL_MARK
+    if kind == "note:":  # a note header ending in a colon: [System note: ... / Admin message:
+        return NOTE_MARK
+    if kind == "note":  # a label: [SYSTEM], [System notes]
+        return NOTE_LABEL_MARK
     if kind == "strip":
         return "·"
     return HEADER_MARK + original  # header: keep the words, so the line no longer starts with a role
 
 
-def _replace(text: str, spans: list[tuple[int, int, str]]) -> str:
+def _replace(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
     pieces: list[str] = []
     last = 0
     for s, e, kind in spans:
@@ -486,11 +490,11 @@ def sanitize(text: str) -> str:
         return ""
     out = text
     for _ in range(MAX_ROUNDS):
-        spans = find_forgeries(out, headers=True)
+        spans = _find_spans(out, True)
         if not spans:
             return out
         out = _replace(out, spans)
-    if not find_forgeries(out, headers=True):
+    if not _find_spans(out, True):
         return out
     logger.warning(
         "recalled text did not settle after %d rounds; removing all brackets and colons", MAX_ROUNDS

@@ -14,7 +14,11 @@ the text, never against the raw characters, so a pattern written once for ``memo
    because the reader (a language model) decodes them whatever the context.
 2. **Bidi overrides**: a run after RIGHT-TO-LEFT OVERRIDE (U+202E) is *displayed* reversed with mirrored
    brackets; the folded view holds the logical run, the reversed run and the reversed-mirrored run, so a tag
-   hidden by reversal is seen in every reading order.
+   hidden by reversal is seen in every reading order. Runs are read so *before* escape decoding (an escape
+   written backwards, ``}O RETTEL LLAMS NITAL{N\\``, reads forwards once displayed) and again after it when
+   decoding produced an override (``&#x202e;``). The readings are separated by U+0000; a NUL in the text itself
+   (or decoded from ``&#0;``) is read as U+0001, an ordinary separator, so it can neither pose as that boundary
+   nor hide a token.
 3. **Per character** (:func:`fold_char`): Default_Ignorable_Code_Point characters are removed (zero-width
    characters, joiners, soft hyphen, variation selectors, bidi controls, Unicode tag characters, the Hangul
    fillers U+115F, U+1160, U+3164, U+FFA0, ...; the property comes from the ``regex`` module's Unicode
@@ -32,7 +36,8 @@ the text, never against the raw characters, so a pattern written once for ``memo
    (``i g n o r e`` reads ``ignore``), which is the view a word-based scanner wants.
 
 Everything is linear in the length of the text: each step is one pass (C-level ``str.translate`` with a
-per-character cache, or one regex pass) and the number of decoding rounds is bounded.
+per-character cache, ``bytes.translate`` for long ASCII runs, or one regex pass; escapes are found by one
+``split`` and each distinct escape is decoded once) and the number of decoding rounds is bounded.
 
 Because folding changes lengths, :func:`fold_map` also returns where each folded character came from, so a
 match in the folded view can be cut out of the original text at exactly the right place.
@@ -61,6 +66,8 @@ import bisect
 import functools
 import html
 import itertools
+import operator
+import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,7 +196,7 @@ _ESCAPE_RE = regex.compile(
     | \\(?P<oct>0[4-7][0-7]|1[0-7][0-7])(?![0-9a-fA-F])
     | \\(?P<css>[0-9a-fA-F]{1,6})[ \t\n]?
     | \\(?P<cc>[ntr])
-    | \\(?P<ident>[^\n0-9a-fA-FNuUx])
+    | \\(?P<ident>[^\n\x000-9a-fA-FNuUx])
     | (?<![A-Za-z0-9])[Uu]\+(?P<uplus>[0-9a-fA-F]{4,6})
     | =(?P<qp>[0-9A-F]{2})
     """,
@@ -206,7 +213,12 @@ def _chr(value: int) -> str | None:
 
 
 def _decode_one(m: regex.Match[str]) -> str | None:
-    """The decoded text of one escape, or None to leave it as written."""
+    """The decoded text of one escape, or None to leave it as written (a NUL decodes as U+0001, see fold_map)."""
+    out = _decode_value(m)
+    return out.replace("\x00", "\x01") if out and "\x00" in out else out
+
+
+def _decode_value(m: regex.Match[str]) -> str | None:
     kind = m.lastgroup
     value = m.group(kind) if kind else None
     if kind is None or value is None:
@@ -295,32 +307,62 @@ class _Stage:
         return shifted, shifted + 1
 
 
+# The same alternation with one capturing group around it: ``split`` then hands back plain text and escapes
+# alternately without a Match object per escape (the hot path on hostile input).
+# The standard ``re`` engine with a leading look-ahead on the first characters skips ordinary text fastest.
+_ESCAPE_SPLIT_RE = re.compile(
+    r"(?=[&%\\=Uu])("
+    + re.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern).replace(
+        r"(?<![A-Za-z0-9])[Uu]\+", r"[Uu](?<![A-Za-z0-9][Uu])\+"
+    )
+    + ")",
+    re.VERBOSE,
+)
+
+
+class _DecodeTable(dict[str, str]):
+    """Escape as written -> its decoded text (itself when it does not decode); filled on first sight, bounded.
+
+    What an escape decodes to depends on its own characters only, so the answer can be remembered.
+    """
+
+    def __missing__(self, escape: str) -> str:
+        m = _ESCAPE_RE.fullmatch(escape)
+        decoded = _decode_one(m) if m else None
+        out = escape if decoded is None else decoded
+        if len(escape) <= 64:  # a long %XX%XX... run is decoded, not remembered
+            if len(self) >= 50_000:
+                self.clear()
+            self[escape] = out
+        return out
+
+
+_DECODED = _DecodeTable()
+
+
 def _decode_round(text: str, *, record: bool) -> tuple[str, _Stage | None]:
-    pieces: list[str] = []
-    stage = _Stage([], [], [], []) if record else None
-    last = 0
-    out_len = 0
-    changed = False
-    for m in _ESCAPE_RE.finditer(text):
-        decoded = _decode_one(m)
-        if decoded is None:
-            continue
-        s, e = m.span()
-        pieces.append(text[last:s])
-        out_len += s - last
-        pieces.append(decoded)
-        if stage is not None:
-            stage.seg_out.append(out_len)
-            stage.seg_out_end.append(out_len + len(decoded))
-            stage.seg_in.append(s)
-            stage.seg_in_end.append(e)
-        out_len += len(decoded)
-        last = e
-        changed = True
-    if not changed:
+    parts = _ESCAPE_SPLIT_RE.split(text)
+    if len(parts) == 1:
         return text, None
-    pieces.append(text[last:])
-    return "".join(pieces), stage
+    escapes = parts[1::2]
+    decoded = list(map(_DECODED.__getitem__, escapes))
+    changed = list(map(operator.ne, decoded, escapes))
+    if not any(changed):
+        return text, None
+    stage = None
+    if record:
+        starts_in = list(itertools.accumulate(map(len, parts), initial=0))
+        parts[1::2] = decoded
+        starts_out = list(itertools.accumulate(map(len, parts), initial=0))
+        stage = _Stage(
+            list(itertools.compress(starts_out[1::2], changed)),
+            list(itertools.compress(starts_out[2::2], changed)),
+            list(itertools.compress(starts_in[1::2], changed)),
+            list(itertools.compress(starts_in[2::2], changed)),
+        )
+    else:
+        parts[1::2] = decoded
+    return "".join(parts), stage
 
 
 def _may_hold_escape(text: str) -> bool:
@@ -560,21 +602,22 @@ def _ascii_tables(spaces: bool) -> tuple[bytes, bytes, bytes]:
 _ASCII = {flag: _ascii_tables(flag) for flag in (False, True)}
 
 
-_RUNS_RE = regex.compile(r"[\x00-\x7f]+|[^\x00-\x7f]+")
+# Long ASCII runs go through bytes.translate (C speed, no lookups); everything between them, ASCII or not,
+# through one str.translate with the cached table. Splitting at every script change instead would cost a
+# Python step per word on mixed text.
+_LONG_ASCII_RE = regex.compile(r"([\x00-\x7f]{32,})")
 
 
 def _fold_chars(text: str, spaces: bool) -> str:
-    """Per-character fold: ASCII runs through ``bytes.translate``, the rest through the cached table."""
+    """Per-character fold of ``text`` (see :func:`fold_char`)."""
     fold_tbl, _, delete = _ASCII[spaces]
     if text.isascii():
         return text.encode("ascii").translate(fold_tbl, delete).decode("ascii")
     table = _TABLES[spaces]
-    return "".join(
-        run.encode("ascii").translate(fold_tbl, delete).decode("ascii")
-        if run.isascii()
-        else run.translate(table)
-        for run in _RUNS_RE.findall(text)
-    )
+    parts = _LONG_ASCII_RE.split(text)
+    parts[0::2] = [p.translate(table) for p in parts[0::2]]
+    parts[1::2] = [p.encode("ascii").translate(fold_tbl, delete).decode("ascii") for p in parts[1::2]]
+    return "".join(parts)
 
 
 def _fold_lengths(text: str, spaces: bool) -> bytes:
@@ -583,12 +626,13 @@ def _fold_lengths(text: str, spaces: bool) -> bytes:
     if text.isascii():
         return text.encode("ascii").translate(lens_tbl)
     table = _LENS[spaces]
-    return b"".join(
-        run.encode("ascii").translate(lens_tbl)
-        if run.isascii()
-        else run.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES)
-        for run in _RUNS_RE.findall(text)
-    )
+    parts = _LONG_ASCII_RE.split(text)
+    out = [p.translate(table).encode("ascii").translate(_DIGITS_TO_BYTES) for p in parts[0::2]]
+    ascii_runs = [p.encode("ascii").translate(lens_tbl) for p in parts[1::2]]
+    joined: list[bytes] = [b""] * len(parts)
+    joined[0::2] = out
+    joined[1::2] = ascii_runs
+    return b"".join(joined)
 
 
 @dataclass
@@ -691,6 +735,26 @@ class Folded:
         return s, min(e, len(self.source))
 
 
+def _unreverse_into(cur: str, stages: list[_Stage | _CharStage]) -> str:
+    out, stage = _unreverse(cur)
+    if stage is not None:
+        stages.append(stage)
+    return out
+
+
+def _decode_all(cur: str, stages: list[_Stage | _CharStage]) -> str:
+    """Escape-decoding rounds (at most :data:`MAX_DECODE_ROUNDS`), each round's offsets kept in ``stages``."""
+    for _ in range(MAX_DECODE_ROUNDS):
+        if not _may_hold_escape(cur):
+            break
+        out, stage = _decode_round(cur, record=True)
+        if stage is None:
+            break
+        stages.append(stage)
+        cur = out
+    return cur
+
+
 def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folded:
     """Fold ``text`` (see the module docstring) and keep the way back to the original offsets.
 
@@ -700,19 +764,16 @@ def fold_map(text: str, *, spaces: bool = False, collapse: bool = True) -> Folde
     (that is what the fence does).
     """
     stages: list[_Stage | _CharStage] = []
-    cur = text
-    for _ in range(MAX_DECODE_ROUNDS):
-        if not _may_hold_escape(cur):
-            break
-        out, stage = _decode_round(cur, record=True)
-        if stage is None:
-            break
-        stages.append(stage)
-        cur = out
-    out, stage = _unreverse(cur)
-    if stage is not None:
-        stages.append(stage)
-        cur = out
+    # U+0000 separates the readings of an override run (below); a NUL in the text itself is a control
+    # character like U+0001 (a separator), so it can neither pose as that boundary nor hide a token.
+    cur = text.replace("\x00", "\x01") if "\x00" in text else text
+    # Override runs are read in display order before decoding (an escape written backwards reads forwards
+    # there) and, when decoding produced an override (&#x202e;), after it too.
+    cur = _unreverse_into(cur, stages)
+    overrides = cur.count(_RLO)
+    cur = _decode_all(cur, stages)
+    if cur.count(_RLO) > overrides:
+        cur = _decode_all(_unreverse_into(cur, stages), stages)
     folded = _fold_chars(cur, spaces)
     stages.append(_CharStage(cur, spaces))
     if spaces and collapse:
