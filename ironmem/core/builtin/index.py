@@ -144,6 +144,13 @@ CREATE VIRTUAL TABLE IF NOT EXISTS turns_fts USING fts5(
 """
 
 
+def merge_hits(entries: list[SearchHit], turns: list[SearchHit], limit: int) -> list[SearchHit]:
+    """Entry hits (best first) and turn hits (in the shared ranking's order, which puts turns holding a content
+    word of the query before those holding only its function words) merged by score, each list keeping its own
+    order; entries first on equal scores."""
+    return list(heapq.merge(entries, turns, key=lambda h: -h.score))[:limit]
+
+
 def hit_of(row: TurnRow, score: float) -> SearchHit:
     rowid, session_id, turn_user, ts, user, assistant, _ = row
     return SearchHit("turn", f"User: {user}\nAssistant: {assistant}", round(score, 4), session_id=session_id,
@@ -394,11 +401,11 @@ class SearchIndex:
             if self.vectors is not None:
                 return self._hybrid(query, terms, hits, limit, kinds, user_id=user_id,
                                     exclude_session=exclude_session)
+            turns: list[SearchHit] = []
             if "turn" in kinds:
                 ranked, _ = rank_turns(self, terms, limit, user_id=user_id, exclude_session=exclude_session)
-                hits.extend(hit_of(r.row, r.score) for r in ranked)
-        hits.sort(key=lambda h: h.score, reverse=True)
-        return hits[:limit]
+                turns = [hit_of(r.row, r.score) for r in ranked]
+        return merge_hits(hits, turns, limit)
 
     def _hybrid(
         self, query: str, terms: list[Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],

@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import StorageError
-from .index import SearchHit, hit_of
+from .index import SearchHit, hit_of, merge_hits
 from .ranking import (
     AVGDL_SAMPLE,
     CANDIDATE_CAP,
@@ -740,12 +740,12 @@ class PostgresIndex:
                     ([wanted[t] for t in targets], targets),
                 ).fetchall()
                 hits.extend(SearchHit(t, text, round(score, 4)) for t, text, score in rank_entries(terms, rows))
+            turns: list[SearchHit] = []
             if "turn" in kinds:
                 ranked, _ = rank_turns(_TurnSource(self, conn), terms, limit, user_id=user_id,
                                        exclude_session=exclude_session)
-                hits.extend(hit_of(r.row, r.score) for r in ranked)
-            hits.sort(key=lambda h: h.score, reverse=True)
-            return hits[:limit]
+                turns = [hit_of(r.row, r.score) for r in ranked]
+            return merge_hits(hits, turns, limit)
 
         return self.storage.run("a search", run, written="")
 

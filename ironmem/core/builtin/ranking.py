@@ -69,13 +69,22 @@ _CJK = (
     r"\U00020000-\U0002ebef"
 )
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+_PLAIN = re.compile(r"[^\W_]+")
 #: A CJK run, or a run of other letters and digits (CJK characters are word characters too: keep them apart).
-_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
+_CJK_OR_OTHER = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
 _LATIN_MARKS = re.compile("[\u0300-\u036f]+")
 
-#: Words too common to say which turn answers a query (NLTK's English list, trimmed, plus chat filler).
+#: Dropped from queries: the English stop set of Lucene (and Elasticsearch's ``_english_`` analyzer, and
+#: ``bm25s``): articles, conjunctions, prepositions, forms of "be" and a few pronouns.
 STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "tell", "know", "remember", "please", "thanks", "thank", "hi", "hello", "hey", "ok", "okay", "yes", "also", "still", "like", "want", "need", "get", "got"]
+    ['a', 'an', 'and', 'are', 'as', 'at', 'be', 'but', 'by', 'for', 'if', 'in', 'into', 'is', 'it', 'no', 'not', 'of', 'on', 'or', 'such', 'that', 'the', 'their', 'then', 'there', 'these', 'they', 'this', 'to', 'was', 'will', 'with']
+)
+#: Weak query words: pronouns, question words, auxiliaries and chat filler ("my", "when", "did", "thanks").
+#: They count in a turn's BM25 score with their own (low) IDF, like any word, but never make a turn a
+#: candidate on their own, and a query made only of them has no terms: recall for "ok thanks, are you
+#: there?" stays empty instead of filling the fence with noise.
+FUNCTION_WORDS = frozenset(
+    ['about', 'above', 'after', 'again', 'against', 'all', 'am', 'any', 'because', 'been', 'before', 'being', 'below', 'between', 'both', 'can', 'could', 'did', 'do', 'does', 'doing', 'down', 'during', 'each', 'few', 'from', 'further', 'had', 'has', 'have', 'having', 'he', 'her', 'here', 'hers', 'herself', 'him', 'himself', 'his', 'how', 'i', 'its', 'itself', 'just', 'let', 'me', 'more', 'most', 'my', 'myself', 'nor', 'now', 'off', 'once', 'only', 'other', 'our', 'ours', 'ourselves', 'out', 'over', 'own', 'same', 'she', 'should', 'so', 'some', 'than', 'theirs', 'them', 'themselves', 'those', 'through', 'too', 'under', 'until', 'up', 'very', 'we', 'were', 'what', 'when', 'where', 'which', 'while', 'who', 'whom', 'why', 'would', 'you', 'your', 'yours', 'yourself', 'yourselves', 'tell', 'know', 'remember', 'please', 'thanks', 'thank', 'hi', 'hello', 'hey', 'ok', 'okay', 'yes', 'also', 'still', 'like', 'want', 'need', 'get', 'got']
 )
 
 # English irregular verbs: a question asks in the present ("When did she go / see / buy ..."), a conversation
@@ -171,11 +180,21 @@ def _bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)] + [run[-1]]
 
 
+def _words(text: str) -> Iterator[tuple[str, bool]]:
+    """The words of folded ``text``: ``(word, is_cjk)``, a CJK run kept apart from the letters around it."""
+    for word in _PLAIN.findall(text):
+        if word.isascii():
+            yield word, False
+        else:
+            for part in _CJK_OR_OTHER.findall(word):
+                yield part, _CJK_RUN.match(part) is not None
+
+
 def tokens(text: str) -> list[str]:
     """The index tokens of ``text``, in order (see the module docstring)."""
     out: list[str] = []
-    for word in _WORD.findall(fold(text)):
-        if _CJK_RUN.match(word):
+    for word, cjk in _words(fold(text)):
+        if cjk:
             out.extend(_bigrams(word))
         else:
             out.append(stem(word))
@@ -193,6 +212,7 @@ class Term:
 
     tokens: tuple[str, ...]
     prefix: bool = False
+    weak: bool = False  # a function word: scores, but never makes a turn a candidate alone
 
     @property
     def key(self) -> str:
@@ -215,8 +235,8 @@ def query_terms(text: str, *, max_terms: int = 24) -> list[Term]:
     """The distinct meaningful terms of a query, in order (stop words and one-letter words dropped)."""
     kept: list[Term] = []
     seen: set[str] = set()
-    for word in _WORD.findall(fold(text)):
-        if _CJK_RUN.match(word):
+    for word, cjk in _words(fold(text)):
+        if cjk:
             if len(word) == 1:
                 found = [Term((word,), prefix=True)]
             elif len(word) <= CJK_PHRASE_MAX:
@@ -229,11 +249,13 @@ def query_terms(text: str, *, max_terms: int = 24) -> list[Term]:
         else:
             if (len(word) < 2 and not word.isdigit()) or word in STOPWORDS:
                 continue
-            found = [Term((stem(word),))]
+            found = [Term((stem(word),), weak=word in FUNCTION_WORDS)]
         for term in found:
             if term.key not in seen:
                 seen.add(term.key)
                 kept.append(term)
+    if all(t.weak for t in kept):
+        return []
     return kept[:max_terms]
 
 
@@ -426,7 +448,9 @@ def rank_turns(
     newest = source.newest()
     if not newest:
         return [], 0.0
-    if len(terms) > MAX_RANKED_TERMS:  # a long query: keep the rarest terms, judged from a short probe
+    if len(terms) > MAX_RANKED_TERMS:  # a long query: its function words are dropped, ...
+        terms = [t for t in terms if not t.weak]
+    if len(terms) > MAX_RANKED_TERMS:  # ... and only its rarest terms kept, judged from a short probe
         probed = [(estimate_df(found, oldest, found >= PROBE_ROWS, newest), i, term)
                   for i, (term, (found, oldest)) in enumerate(zip(terms, source.probe(terms, newest))) if found]
         probed.sort(key=lambda p: (p[0], p[1]))
@@ -445,13 +469,21 @@ def rank_turns(
     if not kept:
         return [], mass
     # Turns holding several common terms at once, even if older than each term's cap: the rarest few only.
-    capped = sorted((i for i, t in enumerate(kept) if t[2]), key=lambda i: (-kept[i][0], i))[:AND_TERMS]
+    strong = [i for i, (_, term, _) in enumerate(kept) if not term.weak]
+    capped = sorted((i for i in strong if kept[i][2]), key=lambda i: (-kept[i][0], i))[:AND_TERMS]
     if len(capped) >= 2:
         both = source.conjunction([kept[i][1] for i in capped], newest)
         for i in capped:
             sets[i] |= both
     excluded = source.session_ids(exclude_session, newest) if exclude_session is not None else set()
-    ranked = _ranked(sets, [w for w, _, _ in kept], excluded)
+    # Turns holding a content word first; then (when content words are rare or absent: a paraphrase) turns
+    # holding only function words, ranked by BM25 like any other. The final order keeps that precedence.
+    weak = [i for i in range(len(kept)) if i not in strong]
+    found_strong = set().union(*(sets[i] for i in strong))
+    ranked = itertools.chain(
+        _ranked([sets[i] for i in strong], [kept[i][0] for i in strong], excluded),
+        _ranked([sets[i] for i in weak], [kept[i][0] for i in weak], excluded | found_strong) if weak else (),
+    )
     window = max(RERANK_MIN, RERANK_FACTOR * limit)
     rows: list[TurnRow] = []
     pulled = 0
@@ -469,7 +501,8 @@ def rank_turns(
     scored = []
     for row in rows:
         value = scorer.score(f"{row[4]}\n{row[5]}", row[6], [row[0] in s for s in sets])
-        scored.append(((-value[0], -value[1], -value[2], row[6], -row[0]), row[0], value[0]))
+        content = row[0] in found_strong
+        scored.append(((not content, -value[0], -value[1], -value[2], row[6], -row[0]), row[0], value[0]))
     scored.sort()
     best = scored[:limit]
     full = {r[0]: r for r in source.load([rowid for _, rowid, _ in best], user_id=None, exclude_session=None,
@@ -493,7 +526,10 @@ def rank_entries(terms: list[Term], entries: Sequence[tuple[str, str]], limit: i
         return []
     scorer = Scorer(weighted, sum(len(text) for _, text in entries) / n)
     out: list[tuple[Any, str, str, float]] = []
-    for target, text in entries:
+    strong = [term for _, term in weighted if not term.weak]
+    for (target, text), tok, count in zip(entries, toks, counts):
+        if not any(term.count(tok, count) for term in strong):
+            continue
         value = scorer.score(text, len(text))
         if value[1]:
             out.append(((-value[0], -value[1], -value[2], len(text), target, text), target, text, value[0]))
