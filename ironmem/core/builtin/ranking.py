@@ -180,7 +180,7 @@ def _bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)] + [run[-1]]
 
 
-def _words(text: str) -> Iterator[tuple[str, bool]]:
+def _split_words(text: str) -> Iterator[tuple[str, bool]]:
     """The words of folded ``text``: ``(word, is_cjk)``, a CJK run kept apart from the letters around it."""
     for word in _PLAIN.findall(text):
         if word.isascii():
@@ -193,7 +193,7 @@ def _words(text: str) -> Iterator[tuple[str, bool]]:
 def tokens(text: str) -> list[str]:
     """The index tokens of ``text``, in order (see the module docstring)."""
     out: list[str] = []
-    for word, cjk in _words(fold(text)):
+    for word, cjk in _split_words(fold(text)):
         if cjk:
             out.extend(_bigrams(word))
         else:
@@ -235,7 +235,7 @@ def query_terms(text: str, *, max_terms: int = 24) -> list[Term]:
     """The distinct meaningful terms of a query, in order (stop words and one-letter words dropped)."""
     kept: list[Term] = []
     seen: set[str] = set()
-    for word, cjk in _words(fold(text)):
+    for word, cjk in _split_words(fold(text)):
         if cjk:
             if len(word) == 1:
                 found = [Term((word,), prefix=True)]
