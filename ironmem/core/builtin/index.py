@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .ranking import (
-    AVGDL_SAMPLE,
     CANDIDATE_CAP,
     PROBE_ROWS,
     Candidates,
+    LengthWindow,
     Term,
     TurnRow,
     bm25_idf,
@@ -175,7 +175,7 @@ class SearchIndex:
         self._candidates: OrderedDict[str, _Cached] = OrderedDict()
         self._cached_ids = 0  # total size of the lists in self._candidates
         self._sessions: OrderedDict[str, tuple[set[int], int]] = OrderedDict()
-        self._lengths: tuple[int, tuple[int, int]] = (0, (0, 0))  # newest id -> length stats
+        self._lengths = LengthWindow()
         self.vectors: Any = None  # a VectorIndex once enable_vectors() succeeded
         self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
@@ -478,18 +478,15 @@ class SearchIndex:
         return set(Candidates.newest_of(found.ids, found.complete).ids)
 
     def length_stats(self, newest: int) -> tuple[int, int]:
-        """Summed length and count of the newest ``AVGDL_SAMPLE`` turns (by id range, so the same on both
-        backends; cached until a turn is added)."""
-        if self._lengths[0] == newest:
-            return self._lengths[1]
+        return self._lengths.get(newest, self._length_range)
+
+    def _length_range(self, lo: int, hi: int) -> tuple[int, int]:
         row = self._conn.execute(
             "SELECT coalesce(sum(length(user) + length(assistant) + 1), 0), count(*) FROM turns "
             "WHERE id > ? AND id <= ?",
-            (newest - AVGDL_SAMPLE, newest),
+            (lo, hi),
         ).fetchone()
-        stats = (int(row[0]), int(row[1]))
-        self._lengths = (newest, stats)
-        return stats
+        return int(row[0]), int(row[1])
 
     def session_ids(self, session_id: str, newest: int) -> set[int]:
         """The ids of one session's turns (cached; the session's new turns are added incrementally)."""
@@ -568,7 +565,6 @@ class SearchIndex:
             self._candidates.clear()
             self._cached_ids = 0
             self._sessions.clear()
-            self._lengths = (0, (0, 0))
 
     def close(self) -> None:
         if self.vectors is not None:

@@ -75,10 +75,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..errors import StorageError
 from .index import SearchHit, hit_of, merge_hits
 from .ranking import (
-    AVGDL_SAMPLE,
     CANDIDATE_CAP,
     PROBE_ROWS,
     Candidates,
+    LengthWindow,
     Term,
     TurnRow,
     filter_rows,
@@ -607,6 +607,7 @@ class PostgresIndex:
         # tsquery -> (ids, upto, complete): its newest matching turns among the turns up to id ``upto``.
         self._cache: OrderedDict[str, tuple[set[int], int, bool]] = OrderedDict()
         self._cached_ids = 0
+        self._lengths = LengthWindow()
 
     # -- turns ------------------------------------------------------------------------------------
     def add_turn(self, session_id: str, user: str, assistant: str, *, user_id: str | None,
@@ -860,9 +861,12 @@ class _TurnSource:
         return filter_rows(rows, ids, user_id=user_id, exclude_session=exclude_session)
 
     def length_stats(self, newest: int) -> tuple[int, int]:
+        return self.index._lengths.get(newest, self._length_range)
+
+    def _length_range(self, lo: int, hi: int) -> tuple[int, int]:
         row = self.conn.execute(
             f"SELECT coalesce(sum(length(user_text) + length(assistant_text) + 1), 0), count(*) FROM {self.s}.turns "
             "WHERE id > %s AND id <= %s",
-            (newest - AVGDL_SAMPLE, newest),
+            (lo, hi),
         ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)

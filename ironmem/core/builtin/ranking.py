@@ -40,13 +40,14 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
     "CANDIDATE_CAP",
     "Candidates",
+    "LengthWindow",
     "Scorer",
     "Term",
     "TurnRow",
@@ -105,12 +106,14 @@ tear tore torn|blow blew blown|sink sank sunk|ring rang rung|bend bent|weep wept
 bleed bled|breed bred|flee fled|slide slid|spin spun|sting stung|wind wound|arise arose arisen|
 drink drank|beat beaten|bite bitten|forbid forbade forbidden|undo undid undone|overcome overcame
 """
-#: form -> base ("went" -> "go").
+#: form -> base ("went" -> "go"), and base -> its forms.
 _IRREGULAR_BASE: dict[str, str] = {}
+_IRREGULAR_FORMS: dict[str, list[str]] = {}
 for _group in _IRREGULAR_TEXT.replace("\n", "").split("|"):
     _words = _group.split()
     for _form in _words:
         _IRREGULAR_BASE.setdefault(_form, _words[0])
+        _IRREGULAR_FORMS.setdefault(_IRREGULAR_BASE[_form], []).append(_form)
 del _group, _words, _form
 
 #: How many of the newest matching turns each query term contributes to the ranking. Bounds search time when
@@ -192,8 +195,11 @@ def _split_words(text: str) -> Iterator[tuple[str, bool]]:
 
 def tokens(text: str) -> list[str]:
     """The index tokens of ``text``, in order (see the module docstring)."""
+    folded = fold(text)
+    if folded.isascii():  # the common case, in one pass
+        return list(map(stem, _PLAIN.findall(folded)))
     out: list[str] = []
-    for word, cjk in _split_words(fold(text)):
+    for word, cjk in _split_words(folded):
         if cjk:
             out.extend(_bigrams(word))
         else:
@@ -218,11 +224,11 @@ class Term:
     def key(self) -> str:
         return " ".join(self.tokens) + ("*" if self.prefix else "")
 
-    def count(self, toks: Sequence[str], counts: Counter[str]) -> int:
+    def count(self, toks: Sequence[str | None], counts: Counter[str] | Counter[str | None]) -> int:
         """Occurrences of this term in a token list (``counts`` is its Counter)."""
         if self.prefix:
             first = self.tokens[0]
-            return sum(n for tok, n in counts.items() if tok.startswith(first))
+            return sum(n for tok, n in counts.items() if tok is not None and tok.startswith(first))
         if len(self.tokens) == 1:
             return counts.get(self.tokens[0], 0)
         head, n = self.tokens[0], len(self.tokens)
@@ -289,10 +295,38 @@ class Scorer:
         self.terms = list(terms)
         self.avgdl = max(avgdl, 1.0)
         self.single = {t.tokens[0]: i for i, (_, t) in enumerate(self.terms) if len(t.tokens) == 1 and not t.prefix}
+        # Latin terms only: stem just the words that can stem to a term (those starting like it; Snowball keeps
+        # a word's first letters but for y/i: cry -> cri, dying -> die), not every word of the text.
+        self.finder: re.Pattern[str] | None = None
+        if self.single and len(self.single) == len(self.terms) and all(t.isascii() for t in self.single):
+            starts: set[str] = set()
+            for tok in self.single:
+                for form in [tok, *_IRREGULAR_FORMS.get(tok, ())]:
+                    starts.add(form[:3])
+                    if len(form) >= 3 and form[2] in "iy":
+                        starts.add(form[:2] + ("y" if form[2] == "i" else "i"))
+                    if form[1:3] == "ie":
+                        starts.add(form[0] + "y")
+            alternatives = "|".join(sorted(map(re.escape, starts), key=len, reverse=True))
+            self.finder = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*")
+
+    def _tokens(self, text: str) -> list[str | None]:
+        """The tokens of ``text`` that can be query terms, in order; ``None`` stands for any other words."""
+        if self.finder is None:
+            return list(tokens(text))
+        folded = fold(text)
+        out: list[str | None] = []
+        end = 0
+        for m in self.finder.finditer(folded):
+            if out and _PLAIN.search(folded, end, m.start()) is not None:
+                out.append(None)  # other words in between: not adjacent
+            out.append(stem(m.group()))
+            end = m.end()
+        return out
 
     def score(self, text: str, length: int, matched_ids: Sequence[bool] = ()) -> tuple[float, int, float]:
-        toks = tokens(text)
-        counts = Counter(toks)
+        toks = self._tokens(text)
+        counts: Counter[str | None] = Counter(toks)
         norm = K1 * (1.0 - B + B * length / self.avgdl)
         total = 0.0
         matched = 0
@@ -309,7 +343,7 @@ class Scorer:
             pairs: set[tuple[int, int]] = set()
             previous: int | None = None
             for tok in toks:
-                j = self.single.get(tok)
+                j = self.single.get(tok) if tok is not None else None
                 if j is not None and previous is not None and previous != j:
                     pairs.add((min(j, previous), max(j, previous)))
                 previous = j
@@ -414,7 +448,31 @@ class TurnSource(Protocol):
         see :func:`filter_rows`."""
 
     def length_stats(self, newest: int) -> tuple[int, int]:
-        """``(sum of lengths, count)`` of the turns with id above ``newest - AVGDL_SAMPLE``."""
+        """``(sum of lengths, count)`` of the turns with id above ``newest - AVGDL_SAMPLE`` (see
+        :class:`LengthWindow`)."""
+
+
+class LengthWindow:
+    """``(sum of lengths, count)`` of the turns in ``(newest - AVGDL_SAMPLE, newest]``, exact, kept up to date
+    by reading only the turns that entered and left the window since the last search (turn ids only grow and
+    are handed out in commit order on both backends). ``lengths(lo, hi)`` gives the stats of ``(lo, hi]``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = (0, 0, 0)  # newest, total, count
+
+    def get(self, newest: int, lengths: Callable[[int, int], tuple[int, int]]) -> tuple[int, int]:
+        with self._lock:
+            old, total, count = self._state
+            if old == newest:
+                return total, count
+            if 0 < old < newest and newest - old < AVGDL_SAMPLE:
+                added, removed = lengths(old, newest), lengths(old - AVGDL_SAMPLE, newest - AVGDL_SAMPLE)
+                total, count = total + added[0] - removed[0], count + added[1] - removed[1]
+            else:
+                total, count = lengths(newest - AVGDL_SAMPLE, newest)
+            self._state = (newest, total, count)
+            return total, count
 
 
 def filter_rows(rows: Iterable[TurnRow], ids: list[int], *, user_id: str | None,
