@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import Stemmer  # PyStemmer: the Snowball stemmers in C
+
 __all__ = [
     "CANDIDATE_CAP",
     "Candidates",
@@ -147,6 +149,7 @@ CJK_SENTENCE_GRAMS = 6
 _CJK_STOPCHARS = frozenset("的了是在我你他她它们吗吧呢啊和也都就要有这那个不很么什怎哪一")
 
 _stemmers = threading.local()  # PyStemmer objects are not thread-safe: one per thread
+_stemmers.english = Stemmer.Stemmer("english")  # the importing thread's, made now (forked workers inherit it)
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -163,8 +166,6 @@ def stem(word: str) -> str:
         return word
     stemmer = getattr(_stemmers, "english", None)
     if stemmer is None:
-        import Stemmer
-
         stemmer = _stemmers.english = Stemmer.Stemmer("english")
     return str(stemmer.stemWord(word))
 
