@@ -53,9 +53,10 @@ ANCHORS = {"flight to Lisbon hotel": "Lisbon", "Kamirito release": "Kamirito", "
 
 
 def cache_key() -> str:
-    from ironmem.core.builtin import index
+    from ironmem.core.builtin import index, ranking
 
-    digest = hashlib.sha256((index._SCHEMA + inspect.getsource(index.cjk_terms)).encode("utf-8")).hexdigest()[:12]
+    source = index._SCHEMA + index._FTS_SCHEMA + inspect.getsource(ranking.tokens) + inspect.getsource(ranking.stem)
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:12]
     return f"{CORPUS_VERSION}-{digest}"
 
 

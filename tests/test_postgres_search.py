@@ -57,3 +57,35 @@ def test_cached_search_equals_cold_search_under_concurrent_inserts(pg_url: str) 
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_version_1_database_is_re_tokenized_by_the_migration(pg_url: str) -> None:
+    """Version 1 indexed with the server's stemmer; version 2 re-tokenizes every turn and entry in Python."""
+    from ironmem.core.builtin.postgres import SCHEMA_VERSION
+
+    storage = PostgresStorage(pg_url)
+    try:
+        storage.index.add_turn("s", "I went hiking near 爬山 trails", "ok", user_id=None)
+        storage.transact("", ["memory"], lambda cur: {"memory": ["Deploys on Fridays"]})
+        s = storage.schema
+
+        def downgrade(conn) -> None:  # what a version-1 database holds
+            with conn.transaction():
+                conn.execute(f"UPDATE {s}.turns SET terms = to_tsvector('simple', 'x')")
+                conn.execute(f"UPDATE {s}.entries SET terms = to_tsvector('simple', 'x')")
+                conn.execute(f"DELETE FROM {s}.migrations WHERE version > 1")
+
+        storage.run("downgrade", downgrade)
+        assert storage.index.search("hike", kinds=("turn",)) == []
+    finally:
+        storage.close()
+    again = PostgresStorage(pg_url)
+    try:
+        assert again.schema_version() == SCHEMA_VERSION
+        again.index.clear_caches()
+        assert [h.session_id for h in again.index.search("when did she go hiking", kinds=("turn",))] == ["s"]
+        assert again.index.search("爬山", kinds=("turn",))
+        assert again.run("count", lambda conn: conn.execute(
+            f"SELECT count(*) FROM {again.schema}.entries WHERE terms @@ 'friday'::tsquery").fetchone()[0]) == 1
+    finally:
+        again.close()

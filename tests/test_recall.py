@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ironmem import MemoryManager
-from ironmem.core.builtin.index import SearchIndex, light_stem, query_clauses
+from ironmem.core.builtin.index import SearchIndex
+from ironmem.core.builtin.ranking import query_terms, stem
 from ironmem.core.builtin.vectors import embeddings_missing
 from ironmem.core.recall import RecallBudget, estimate_tokens
 from ironmem.testing.embeddings import HashingEmbedder
@@ -68,17 +69,22 @@ def test_ties_are_not_broken_by_age(index: SearchIndex) -> None:
 
 
 def test_one_stopword_policy_for_the_tool_and_recall(tmp_path: Path) -> None:
-    assert query_clauses("what does she have", drop_stopwords=False) == query_clauses("what does she have")
+    """Function words ("where", "do", "have", "my") rank like any word, but a turn holding a content word of the
+    question comes first, and a question made only of function words recalls nothing; tool and recall agree."""
     with MemoryManager(home=tmp_path) as manager:
         old = manager.start_session("old")
-        old.sync_turn("I keep my kayak in the garage", "ok")
-        old.sync_turn("what do you have when you have time", "what indeed")
+        old.sync_turn("I keep my kayak in the garage, next to the bikes, the old tent and a box of tools", "ok")
+        old.sync_turn("where do I have my keys", "where indeed")  # more query words, shorter: BM25 alone prefers it
         new = manager.start_session("new")
         tool = json.loads(new.handle_tool_call("session_search", {"query": "where do I have my kayak?"}))
         recall = new.prefetch("where do I have my kayak?")
-        assert tool["results"][0]["text"].startswith("User: I keep my kayak")
-        assert "kayak" in recall.items[0].text
-        assert len(tool["results"]) == 1 == len(recall.items)  # the stop-word-only turn matches neither
+        assert [r["text"].split("\n")[0] for r in tool["results"]] == [
+            "User: I keep my kayak in the garage, next to the bikes, the old tent and a box of tools",
+            "User: where do I have my keys",
+        ]
+        assert [i.text for i in recall.items] == [r["text"] for r in tool["results"]]
+        assert not new.prefetch("ok thanks, are you there?")
+        assert json.loads(new.handle_tool_call("session_search", {"query": "where do I have it?"}))["results"] == []
 
 
 def test_irregular_past_tense_matches_the_present_in_a_question(index: SearchIndex) -> None:
@@ -90,12 +96,21 @@ def test_irregular_past_tense_matches_the_present_in_a_question(index: SearchInd
     assert "bought" in index.search("what did I buy", kinds=("turn",))[0].text
 
 
-def test_light_stem() -> None:
-    assert light_stem("hiking") == light_stem("hike") == "hik"
-    assert light_stem("adopted") == light_stem("adopt")
-    assert light_stem("glass") == "glass"
-    assert light_stem("went") == light_stem("goes") == "go"
-    assert light_stem("爬山") == "爬山"
+def test_stem() -> None:
+    assert stem("hiking") == stem("hike") == "hike"
+    assert stem("adopted") == stem("adopt")
+    assert stem("glass") == "glass"
+    assert stem("went") == stem("goes") == "go"
+    assert stem("爬山") == "爬山" and stem("e4312") == "e4312"
+
+
+def test_query_terms() -> None:
+    terms = query_terms("What pet does the Caroline have?")
+    assert [(t.key, t.weak) for t in terms] == [("what", True), ("pet", False), ("doe", True), ("carolin", False),
+                                                 ("have", True)]  # "the": a stop word, dropped
+    assert query_terms("ok thanks, are you there?") == []
+    assert [t.key for t in query_terms("去杭州的机票多少钱")] == ["去杭", "杭州", "机票", "票多", "多少", "少钱"]
+    assert [t.key for t in query_terms("爬山 山")] == ["爬山", "山*"]
 
 
 # -- dates ------------------------------------------------------------------------------------------

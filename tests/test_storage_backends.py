@@ -342,8 +342,6 @@ PARITY_QUERIES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="the SQLite index now re-ranks turns with BM25 (issue 16); PostgreSQL still "
-                   "ranks by summed IDF: porting the BM25 re-rank to SQL is open work of issue 20")
 def test_same_answers_on_both_backends(home: Path, tmp_path: Path, pg_url: str) -> None:
     """The same corpus and queries give the same turns, in the same order, with the same scores."""
     rows = _corpus()
@@ -393,8 +391,6 @@ TOOL_QUERIES = ["tea", "morning tea", "爬山", "kestrel staging server", "deplo
                 "数据库", "PostgreSQL", "peanuts OR tea", "nothing-matches-this"]
 
 
-@pytest.mark.xfail(strict=True, reason="session_search scores come from two rankings now (SQLite: BM25 re-rank of "
-                   "issue 16, 6 decimals; PostgreSQL: summed IDF, 4 decimals): aligning them is open work of issue 20")
 def test_session_search_tool_gives_the_same_json_on_both_backends(home: Path, tmp_path: Path, pg_url: str) -> None:
     """Entries and turns together, through the tool the model calls: same results, same order."""
     answers = []

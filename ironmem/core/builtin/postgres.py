@@ -31,26 +31,25 @@ reached the server just before the connection broke is never applied twice. Turn
 same reason. When the server stays unreachable the caller gets a :class:`~ironmem.core.errors.StorageError`
 saying so; nothing is half-applied (one transaction per write).
 
-Search: the same ranking idea as the SQLite index
---------------------------------------------------
-Text is indexed as ``to_tsvector`` under an ironmem text-search configuration: PostgreSQL's ``english``
-configuration with its Snowball stemmer but no stop-word list (SQLite's FTS5 keeps every word too, and
-``session_search`` must find "The Who"). Before indexing, CJK runs become overlapping bigrams plus the run's
-last character (:func:`~ironmem.core.builtin.index.cjk_terms`), Latin diacritics are removed and punctuation
-becomes spaces, so words split exactly as FTS5's ``unicode61`` tokenizer splits them. Queries are built from
-the same clauses as the SQLite index (:func:`~ironmem.core.builtin.index.query_clauses`).
+Search: the same ranking as the SQLite index, by construction
+--------------------------------------------------------------
+:mod:`~ironmem.core.builtin.ranking` decides for both backends what a turn matches and how it scores. A turn
+is indexed as a ``tsvector`` built in Python from that module's tokens (stemmed words, CJK bigrams) with their
+positions, so the server stems and folds nothing of its own; a query term becomes a ``tsquery`` of the same
+tokens (a word, a phrase ``a <-> b``, a prefix ``a:*``). The SQLite index holds the same tokens in FTS5, so a
+term matches the same turns on both backends.
+
+This class only supplies what the shared ranking needs (:class:`~ironmem.core.builtin.ranking.TurnSource`):
+each term's ``CANDIDATE_CAP`` newest matches (one statement for all terms; per term the planner picks a
+backward scan of the primary key, which stops early for a common word, or the GIN index for a rare one), the
+newest turns holding all of the rarest capped terms, the newest turn id, the lengths of the newest turns, and
+the texts of the candidates. The shared code scores them with BM25 and orders them, so ``session_search`` and
+recall give the same hits with the same scores on both backends. Entries (a few dozen per scope) are read and
+scored by the same module from their text.
 
 Turn ids are handed out in commit order (each turn insert takes a transaction-level advisory lock before its id
 is drawn), so a process that has seen turn N has seen every turn below N. Candidate lists are therefore cached per
 process, like the SQLite index does, and caught up by reading only the matches above the turn they reached.
-
-Turn ranking is BM25 over bounded candidates: each query word contributes at most its ``CANDIDATE_CAP`` newest
-matching turns (an index scan that stops early for a common word, a GIN lookup for a rare one), its document
-frequency is read from that list (extrapolated from how far back the list reaches when it is capped), and a
-turn scores the summed IDF of the words it holds, newest first on ties. That is BM25 with ``k1 = 0`` (no
-term-frequency saturation, no length normalisation), exactly what the SQLite index computes, so both backends
-return the same turns in the same order; the sum is computed in SQL over the candidates only. Entries are
-few per scope: they are ranked with FTS5's BM25 formula (k1 = 1.2, b = 0.75) over the scope's entries.
 
 Example (needs a server)::
 
@@ -67,7 +66,6 @@ import math
 import re
 import threading
 import time
-import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -75,7 +73,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import StorageError
-from .index import CANDIDATE_CAP, SearchHit, cjk_terms, query_clauses
+from .index import SearchHit, hit_of, merge_hits
+from .ranking import (
+    CANDIDATE_CAP,
+    PROBE_ROWS,
+    Candidates,
+    LengthWindow,
+    Term,
+    TurnRow,
+    filter_rows,
+    query_terms,
+    rank_entries,
+    rank_turns,
+    tokens,
+)
 from .storage import Change, MemoryStorage
 from .store import FileState, render_entries
 
@@ -89,14 +100,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Mirrors of the SQLite index's bounds (ironmem.core.builtin.index), so both rank the same candidates.
-PROBE_ROWS = 128
-AND_TERMS = 3
-MAX_RANKED_TERMS = 8
 #: Only this many characters of a turn are indexed (a tsvector holds at most 1 MB); the whole turn is stored.
 MAX_INDEXED_CHARS = 200_000
-#: FTS5's bm25() constants, used for entries.
-BM25_K1, BM25_B = 1.2, 0.75
 #: Advisory lock class for migrations (the second key is the schema name's hash).
 _MIGRATION_LOCK_CLASS = 0x1E3E
 #: Advisory lock class that hands out turn ids in commit order (see PostgresIndex._order_lock).
@@ -105,8 +110,6 @@ _TURN_ORDER_LOCK_CLASS = 0x1E3F
 CANDIDATE_CACHE_IDS = 200_000
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_NON_WORD = re.compile(r"[\W_]+")
-_LATIN_MARKS = re.compile("[\u0300-\u036f]+")
 
 
 # -- migrations ----------------------------------------------------------------------------------
@@ -161,45 +164,34 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
 ]
+MIGRATIONS.append((
+    2,
+    "turns and entries indexed with ironmem's own tokens (ranking.tokens), no server-side stemming",
+    "SELECT 1",  # the data change is done in Python: see PostgresStorage._reindex
+))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+#: Migrations after which every indexed text is re-tokenized (the tokens changed).
+_REINDEX_AT = {2}
 
 
-def normalize_terms(text: str) -> str:
-    """Text as the index sees it: CJK bigrams, Latin diacritics removed, punctuation turned into spaces."""
-    return _plain_words(cjk_terms(text))
+def tsvector_literal(text: str) -> str:
+    """``text`` as a ``tsvector`` literal of :func:`~ironmem.core.builtin.ranking.tokens` with their positions
+    (what the SQLite index holds in FTS5; positions make CJK phrases match as phrases)."""
+    positions: dict[str, list[str]] = {}
+    for i, tok in enumerate(tokens(text[:MAX_INDEXED_CHARS]), start=1):
+        positions.setdefault(tok, []).append(str(min(i, 16383)))
+    return " ".join("'" + tok.replace("\\", "\\\\").replace("'", "''") + "':" + ",".join(pos[:256])
+                    for tok, pos in positions.items())
 
 
-def _plain_words(text: str) -> str:
-    """Latin diacritics removed and punctuation turned into spaces (FTS5 unicode61's word split)."""
-    if not text.isascii():
-        text = unicodedata.normalize("NFC", _LATIN_MARKS.sub("", unicodedata.normalize("NFD", text)))
-    return _NON_WORD.sub(" ", text).strip()
+def tsquery_of(term: Term) -> str:
+    """A ranking term as a ``tsquery`` literal: a token, a phrase of tokens, or a prefix."""
+    quoted = ["'" + tok.replace("\\", "\\\\").replace("'", "''") + "'" for tok in term.tokens]
+    return " <-> ".join(quoted) + (":*" if term.prefix else "")
 
 
-def _token_count(terms: str) -> int:
-    return len(terms.split())
-
-
-def _clause_parts(clause: str) -> tuple[str, str]:
-    """An FTS5 clause of :func:`query_clauses` as (kind, text): ``"w"`` word, ``"p"`` phrase, ``"x"`` prefix."""
-    prefix = clause.endswith("*")
-    body = clause[:-1] if prefix else clause
-    if len(body) >= 2 and body[0] == '"' and body[-1] == '"':
-        body = body[1:-1].replace('""', '"')
-    text = _plain_words(body)  # already split into CJK bigrams by query_clauses
-    if prefix:
-        return "x", text
-    return ("p" if " " in text else "w"), text
-
-
-def _estimate_df(found: int, oldest: int, capped: bool, newest: int) -> float:
-    if not capped:
-        return float(found)
-    return min(float(newest), found * newest / max(1, newest - oldest + 1))
-
-
-def _idf(df: float, newest: int) -> float:
-    return math.log(1.0 + (newest - df + 0.5) / (df + 0.5))
+def _token_count(text: str) -> int:
+    return len(tokens(text))
 
 
 def _split_url(url: str) -> tuple[str, str | None]:
@@ -405,12 +397,36 @@ class PostgresStorage(MemoryStorage):
                     if version <= current:
                         continue
                     conn.execute(sql.format(s=s, cfg=self._cfg).encode())
+                    if version in _REINDEX_AT and current:  # a fresh schema has nothing to re-index
+                        self._reindex(conn)
                     conn.execute(f"INSERT INTO {s}.migrations(version, name) VALUES (%s, %s)", (version, name))
                     log.info("ironmem schema %s migrated to version %d (%s)", s, version, name)
         except psycopg.Error as exc:
             raise StorageError(f"could not create the ironmem tables in {self.describe()}: {exc}") from exc
         finally:
             conn.close()
+
+    def _reindex(self, conn: psycopg.Connection[Any], batch: int = 5000) -> None:
+        """Re-tokenize every turn and entry (in the migration's transaction: all of it lands, or none)."""
+        s = self.schema
+        last = 0
+        while True:
+            rows = conn.execute(
+                f"SELECT id, user_text, assistant_text FROM {s}.turns WHERE id > %s ORDER BY id LIMIT %s", (last, batch)
+            ).fetchall()
+            if not rows:
+                break
+            conn.execute(
+                f"UPDATE {s}.turns t SET terms = u.terms::tsvector FROM unnest(%s::bigint[], %s::text[]) AS u(id, terms) "
+                "WHERE t.id = u.id",
+                ([r[0] for r in rows], [tsvector_literal(f"{r[1]}\n{r[2]}") for r in rows]),
+            )
+            last = int(rows[-1][0])
+        for scope, target, pos, text in conn.execute(f"SELECT scope, target, pos, text FROM {s}.entries").fetchall():
+            conn.execute(
+                f"UPDATE {s}.entries SET terms = %s::tsvector, nterms = %s WHERE scope = %s AND target = %s AND pos = %s",
+                (tsvector_literal(text), _token_count(text), scope, target, pos),
+            )
 
     def _applied(self, conn: psycopg.Connection[Any]) -> int:
         row = conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.migrations",)).fetchone()
@@ -504,13 +520,13 @@ class PostgresStorage(MemoryStorage):
                     if any("\x00" in e for e in entries):
                         raise StorageError("a memory entry cannot contain NUL characters; nothing was written")
                     changed.setdefault(scope, []).append(target)
-                    terms = [normalize_terms(e)[:MAX_INDEXED_CHARS] for e in entries]
+                    terms = [tsvector_literal(e) for e in entries]
                     conn.execute(f"DELETE FROM {s}.entries WHERE scope = %s AND target = %s", (scope, target))
                     conn.execute(
                         f"INSERT INTO {s}.entries(scope, target, pos, text, nterms, terms) "
-                        f"SELECT %s, %s, u.pos, u.text, u.n, to_tsvector('{self._cfg}'::regconfig, u.terms) "
+                        "SELECT %s, %s, u.pos, u.text, u.n, u.terms::tsvector "
                         "FROM unnest(%s::text[], %s::text[], %s::int[]) WITH ORDINALITY AS u(text, terms, n, pos)",
-                        (scope, target, entries, terms, [_token_count(t) for t in terms]),
+                        (scope, target, entries, terms, [_token_count(e) for e in entries]),
                     )
                     conn.execute(
                         f"UPDATE {s}.docs SET version = version + 1, updated_at = now() "
@@ -591,6 +607,7 @@ class PostgresIndex:
         # tsquery -> (ids, upto, complete): its newest matching turns among the turns up to id ``upto``.
         self._cache: OrderedDict[str, tuple[set[int], int, bool]] = OrderedDict()
         self._cached_ids = 0
+        self._lengths = LengthWindow()
 
     # -- turns ------------------------------------------------------------------------------------
     def add_turn(self, session_id: str, user: str, assistant: str, *, user_id: str | None,
@@ -599,7 +616,7 @@ class PostgresIndex:
         ts = time.time() if ts is None else ts
         key = uuid.uuid4()
         user, assistant = user.replace("\x00", "\ufffd"), assistant.replace("\x00", "\ufffd")
-        terms = normalize_terms(f"{user}\n{assistant}")[:MAX_INDEXED_CHARS]
+        terms = tsvector_literal(f"{user}\n{assistant}")
         s = self._s
 
         def insert(conn: psycopg.Connection[Any]) -> int:
@@ -607,7 +624,7 @@ class PostgresIndex:
                 self._order_lock(conn)
                 row = conn.execute(
                     f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
-                    f"VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('{self._cfg}'::regconfig, %s)) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector) "
                     "ON CONFLICT (turn_key) DO NOTHING RETURNING id",
                     (key, session_id, user_id, ts, user, assistant, terms),
                 ).fetchone()
@@ -643,14 +660,14 @@ class PostgresIndex:
                     conn.execute(
                         f"INSERT INTO {s}.turns(session_id, user_id, ts, user_text, assistant_text, terms) "
                         f"SELECT session_id, user_id, ts, user_text, assistant_text, "
-                        f"to_tsvector('{self._cfg}'::regconfig, terms) FROM ironmem_load ORDER BY n"
+                        "terms::tsvector FROM ironmem_load ORDER BY n"
                     )
 
             self.storage.run("a bulk load of turns", load, written="This batch was not stored.")
 
         for session_id, user_id, ts, user, assistant in rows:
             user, assistant = user.replace("\x00", "\ufffd"), assistant.replace("\x00", "\ufffd")
-            terms = normalize_terms(f"{user}\n{assistant}")[:MAX_INDEXED_CHARS]
+            terms = tsvector_literal(f"{user}\n{assistant}")
             pending.append((session_id, user_id, ts, user, assistant, terms))
             if len(pending) >= batch:
                 flush(pending)
@@ -703,154 +720,40 @@ class PostgresIndex:
         drop_stopwords: bool = True,
         entry_scopes: Mapping[str, str] | None = None,
     ) -> list[SearchHit]:
-        """Best matches for ``query`` among entries and turns, best first (same ranking as the SQLite index).
+        """Best matches for ``query`` among entries and turns, best first (the SQLite index's ranking:
+        :mod:`~ironmem.core.builtin.ranking`). ``drop_stopwords`` is ignored (one policy for tool and recall).
 
         ``entry_scopes`` (``{target: scope}``) says whose entries to search; by default this index's scope.
         """
         wanted: dict[str, str] = {t: (entry_scopes or {}).get(t, self.scope) for t in ("memory", "user") if t in kinds}
-        parts = [_clause_parts(c) for c in query_clauses(query, drop_stopwords=drop_stopwords)]
-        parts = [(k, t) for k, t in parts if t]
-        if not parts:
+        terms = query_terms(query)
+        if not terms:
             return []
 
         def run(conn: psycopg.Connection[Any]) -> list[SearchHit]:
-            tsqueries, newest = self._tsqueries(conn, parts)
-            if not tsqueries:
-                return []
             hits: list[SearchHit] = []
-            if "memory" in kinds or "user" in kinds:
-                hits.extend(self._search_entries(conn, tsqueries, wanted))
-            if "turn" in kinds and newest:
-                hits.extend(self._search_turns(conn, tsqueries, newest, limit, user_id, exclude_session))
-            hits.sort(key=lambda h: h.score, reverse=True)
-            return hits[:limit]
+            if wanted:
+                # Only those (scope, target) pairs are read: another user's entries never come back.
+                targets = list(wanted)
+                rows = conn.execute(
+                    f"SELECT e.target, e.text FROM {self._s}.entries e JOIN unnest(%s::text[], %s::text[]) "
+                    "AS w(scope, target) ON e.scope = w.scope AND e.target = w.target ORDER BY e.target, e.pos",
+                    ([wanted[t] for t in targets], targets),
+                ).fetchall()
+                hits.extend(SearchHit(t, text, round(score, 4)) for t, text, score in rank_entries(terms, rows))
+            turns: list[SearchHit] = []
+            if "turn" in kinds:
+                ranked, _ = rank_turns(_TurnSource(self, conn), terms, limit, user_id=user_id,
+                                       exclude_session=exclude_session)
+                turns = [hit_of(r.row, r.score) for r in ranked]
+            return merge_hits(hits, turns, limit)
 
         return self.storage.run("a search", run, written="")
 
-    def _tsqueries(self, conn: psycopg.Connection[Any], parts: list[tuple[str, str]]) -> tuple[list[str], int]:
-        """The clauses as tsquery texts (stemmed by the server, empty ones dropped), and the newest turn id."""
-        cfg = f"'{self._cfg}'::regconfig"
-        row = conn.execute(
-            f"SELECT (SELECT coalesce(max(id), 0) FROM {self._s}.turns), ARRAY("
-            f"SELECT (CASE u.k WHEN 'w' THEN plainto_tsquery({cfg}, u.t) WHEN 'p' THEN phraseto_tsquery({cfg}, u.t) "
-            "ELSE to_tsquery('simple', quote_literal(u.t) || ':*') END)::text "
-            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(k, t, i) ORDER BY u.i)",
-            ([k for k, _ in parts], [t for _, t in parts]),
-        ).fetchone()
-        assert row is not None
-        newest, texts = int(row[0]), list(row[1])
-        seen: set[str] = set()
-        out: list[str] = []
-        for text in texts:
-            if text and text not in seen:
-                seen.add(text)
-                out.append(text)
-        return out, newest
-
-    def _search_entries(
-        self, conn: psycopg.Connection[Any], tsqueries: list[str], scopes: Mapping[str, str]
-    ) -> list[SearchHit]:
-        """Entries of ``{target: scope}`` ranked with FTS5's bm25 (term frequency counted once per matching
-        clause). Only those (scope, target) pairs are read: another user's entries never come back."""
-        if not scopes:
-            return []
-        targets = list(scopes)
-        rows = conn.execute(
-            f"SELECT e.target, e.text, e.nterms, ARRAY(SELECT e.terms @@ q.q FROM unnest(%s::tsquery[]) "
-            f"WITH ORDINALITY AS q(q, o) ORDER BY q.o) FROM {self._s}.entries e "
-            "JOIN unnest(%s::text[], %s::text[]) AS w(scope, target) ON e.scope = w.scope AND e.target = w.target "
-            "ORDER BY e.target, e.pos",
-            (tsqueries, [scopes[t] for t in targets], targets),
-        ).fetchall()  # every entry of those scopes (a few dozen): the statistics need them all
-        total = len(rows)
-        if not total:
-            return []
-        avgdl = sum(r[2] for r in rows) / total
-        rows = [r for r in rows if any(r[3])]
-        df = [sum(1 for r in rows if r[3][i]) for i in range(len(tsqueries))]
-        hits = []
-        for target, text, nterms, matched in rows:
-            score = 0.0
-            for i, hit in enumerate(matched):
-                if not hit:
-                    continue
-                idf = math.log((total - df[i] + 0.5) / (df[i] + 0.5))
-                idf = idf if idf > 0 else 1e-6
-                norm = BM25_K1 * (1 - BM25_B + BM25_B * (nterms / avgdl if avgdl else 1.0))
-                score += idf * (BM25_K1 + 1) / (1 + norm)
-            hits.append(SearchHit(target, text, score))
-        return hits
-
-    def _search_turns(
-        self,
-        conn: psycopg.Connection[Any],
-        tsqueries: list[str],
-        newest: int,
-        limit: int,
-        user_id: str | None,
-        exclude_session: str | None,
-    ) -> list[SearchHit]:
-        s_name = self._s
-        if len(tsqueries) > MAX_RANKED_TERMS:  # a long query: keep the rarest words, judged from a short probe
-            probed = []
-            for i, (found, oldest) in enumerate(self._lists(conn, tsqueries, PROBE_ROWS, summary=True)):
-                if found:
-                    probed.append((_estimate_df(found, oldest, found >= PROBE_ROWS, newest), i))
-            probed.sort()
-            tsqueries = [tsqueries[i] for _, i in probed[:MAX_RANKED_TERMS]]
-        lists = self._candidates(conn, tsqueries, newest)
-        terms: list[tuple[float, str, bool, list[int]]] = []  # (idf, tsquery, capped, candidate ids)
-        for q, (found, complete) in zip(tsqueries, lists):
-            if not found:
-                continue
-            capped = not complete
-            df = _estimate_df(len(found), min(found), capped, newest)
-            terms.append((_idf(df, newest), q, capped, list(found)))
-        if not terms:
-            return []
-        # Turns holding several common words at once, even if older than each word's own cap.
-        capped_terms = sorted((i for i, t in enumerate(terms) if t[2]), key=lambda i: -terms[i][0])[:AND_TERMS]
-        if len(capped_terms) >= 2:
-            both = self._candidates(conn, [" & ".join(f"({terms[i][1]})" for i in capped_terms)], newest)[0][0]
-            for i in capped_terms:
-                terms[i][3].extend(both)
-        ids: list[int] = []
-        weights: list[int] = []  # fixed point (1e-9): integer sums are exact, so equal word sets tie exactly
-        for weight, _, _, found in terms:
-            unique = list(dict.fromkeys(found))
-            ids.extend(unique)
-            weights.extend([round(weight * 1e9)] * len(unique))
-        # BM25 with k1 = 0 over the candidates: the summed IDF of the distinct words a turn holds. The filters
-        # read each candidate by primary key (LATERAL: never a scan of the table); the texts are read for the
-        # winners only.
-        filters = []
-        if user_id is not None:
-            filters.append("t.user_id = %(uid)s")
-        if exclude_session is not None:
-            filters.append("t.session_id <> %(ex)s")
-        ranked = (
-            "SELECT s.id, s.score FROM scored s CROSS JOIN LATERAL "
-            f"(SELECT t.user_id, t.session_id FROM {s_name}.turns t WHERE t.id = s.id) t "
-            f"WHERE {' AND '.join(filters)} " if filters else "SELECT s.id, s.score FROM scored s "
-        )
-        rows = conn.execute(
-            "WITH c AS (SELECT * FROM unnest(%(ids)b::bigint[], %(w)b::bigint[]) AS c(id, w)), "
-            "scored AS (SELECT id, sum(w) AS score FROM c GROUP BY id), "
-            f"top AS ({ranked}ORDER BY s.score DESC, s.id DESC LIMIT %(limit)s) "
-            "SELECT t.id, t.session_id, t.user_id, t.ts, t.user_text, t.assistant_text, top.score / 1e9::float8 "
-            f"FROM top CROSS JOIN LATERAL (SELECT * FROM {s_name}.turns t WHERE t.id = top.id) t "
-            "ORDER BY top.score DESC, t.id DESC",
-            {"ids": ids, "w": weights, "uid": user_id, "ex": exclude_session, "limit": limit},
-        ).fetchall()
-        return [
-            SearchHit("turn", f"User: {u}\nAssistant: {a}", round(score, 4), session_id=sid, user_id=uid, ts=ts)
-            for _, sid, uid, ts, u, a, score in rows
-        ]
-
     def _candidates(
         self, conn: psycopg.Connection[Any], tsqueries: list[str], newest: int
-    ) -> list[tuple[list[int], bool]]:
-        """Per tsquery, its newest matching turns (about ``CANDIDATE_CAP``), from the per-process cache when
+    ) -> list[Candidates]:
+        """Per tsquery, its newest matching turns (``CANDIDATE_CAP``), from the per-process cache when
         possible: a cached list is brought up to date by reading only the matches above the turn it reached."""
         with self._cache_lock:
             known = {q: self._cache.get(q) for q in tsqueries}
@@ -859,7 +762,7 @@ class PostgresIndex:
         fetched = self._lists(conn, fresh_q + stale_q, CANDIDATE_CAP, summary=False,
                               above=[0] * len(fresh_q) + [known[q][1] for q in stale_q])  # type: ignore[index]
         got = dict(zip(fresh_q + stale_q, fetched))
-        out: list[tuple[list[int], bool]] = []  # (ids newest first, complete)
+        out: list[Candidates] = []
         with self._cache_lock:
             for q in tsqueries:
                 if q in fresh_q:
@@ -882,7 +785,7 @@ class PostgresIndex:
                     self._cached_ids -= len(previous[0])
                 self._cache[q] = entry
                 self._cached_ids += len(entry[0])
-                out.append((sorted(entry[0], reverse=True), entry[2]))
+                out.append(Candidates.newest_of(entry[0], entry[2]))
             while self._cached_ids > CANDIDATE_CACHE_IDS and len(self._cache) > 1:
                 _, evicted = self._cache.popitem(last=False)
                 self._cached_ids -= len(evicted[0])
@@ -916,3 +819,54 @@ class PostgresIndex:
         if summary:
             return [(int(found[i][0]), int(found[i][1])) if i in found else (0, 0) for i in range(len(tsqueries))]
         return [list(found.get(i) or []) for i in range(len(tsqueries))]
+
+
+class _TurnSource:
+    """The shared ranking's view of a :class:`PostgresIndex` on one connection (ranking.TurnSource)."""
+
+    def __init__(self, index: PostgresIndex, conn: psycopg.Connection[Any]) -> None:
+        self.index, self.conn, self.s = index, conn, index._s
+
+    def newest(self) -> int:
+        row = self.conn.execute(f"SELECT coalesce(max(id), 0) FROM {self.s}.turns").fetchone()
+        return int(row[0]) if row else 0
+
+    def probe(self, terms: list[Term], newest: int) -> list[tuple[int, int]]:
+        return list(self.index._lists(self.conn, [tsquery_of(t) for t in terms], PROBE_ROWS, summary=True))
+
+    def candidates(self, terms: list[Term], newest: int) -> list[Candidates]:
+        return self.index._candidates(self.conn, [tsquery_of(t) for t in terms], newest)
+
+    def conjunction(self, terms: list[Term], newest: int) -> set[int]:
+        query = " & ".join(f"({tsquery_of(t)})" for t in terms)
+        return set(self.index._candidates(self.conn, [query], newest)[0].ids)
+
+    def session_ids(self, session_id: str, newest: int) -> set[int]:
+        rows = self.conn.execute(
+            f"SELECT id FROM {self.s}.turns WHERE session_id = %s AND id <= %s", (session_id, newest)
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def load(self, ids: list[int], *, user_id: str | None, exclude_session: str | None,
+             head: int | None) -> list[TurnRow]:
+        if not ids:
+            return []
+        cols = ("t.user_text, t.assistant_text" if head is None
+                else f"substr(t.user_text, 1, {int(head)}), substr(t.assistant_text, 1, {int(head)})")
+        rows = self.conn.execute(
+            f"SELECT t.id, t.session_id, t.user_id, t.ts, {cols}, "
+            f"length(t.user_text) + length(t.assistant_text) + 1 FROM {self.s}.turns t WHERE t.id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+        return filter_rows(rows, ids, user_id=user_id, exclude_session=exclude_session)
+
+    def length_stats(self, newest: int) -> tuple[int, int]:
+        return self.index._lengths.get(newest, self._length_range)
+
+    def _length_range(self, lo: int, hi: int) -> tuple[int, int]:
+        row = self.conn.execute(
+            f"SELECT coalesce(sum(length(user_text) + length(assistant_text) + 1), 0), count(*) FROM {self.s}.turns "
+            "WHERE id > %s AND id <= %s",
+            (lo, hi),
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
