@@ -32,6 +32,7 @@ import gzip
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,10 @@ def _label(result: dict[str, Any]) -> str:
 
 
 def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], rewrite_variant: bool,
-        n_ctx: int, keep_tokens: bool, verbose: bool = True) -> dict[str, Any]:
-    """Measure every strategy; returns the JSON document (see the module docs)."""
+        n_ctx: int, keep_tokens: bool, verbose: bool = True,
+        partial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Measure every strategy; returns the JSON document (see the module docs). ``partial`` gets the document
+    after each strategy (the benchmark writes it, so a long run that is stopped keeps what it measured)."""
     script = record_session(turns=turns, write_every=write_every)
     started = time.perf_counter()
     model = LocalModel(n_ctx=n_ctx)
@@ -70,13 +73,22 @@ def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], re
             print(f"  {strategy:<20} turn {turn.turn:>2}: {turn.prompt_tokens:>5} prompt, {turn.evaluated:>5} "
                   f"evaluated (predicted {turn.predicted:>5}), {turn.total_s:5.2f}s", flush=True)
 
-    results = []
+    results: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {}
     for strategy, position in plan:
         if verbose:
-            print(f"{strategy} ({position if strategy == 'rewrite_every_turn' else 'frozen' if 'frozen' in strategy else '-'})",
-                  flush=True)
+            kind = position if strategy == "rewrite_every_turn" else "frozen" if "frozen" in strategy else "-"
+            print(f"{strategy} ({kind})", flush=True)
         results.append(run_strategy(model, script, strategy, max_tokens=max_tokens, rewrite_position=position,
                                     keep_tokens=keep_tokens, progress=progress))
+        doc = _document(model, llama_cpp, script, load_s, turns, write_every, max_tokens, n_ctx, results)
+        if partial is not None:
+            partial(doc)
+    return doc
+
+
+def _document(model: LocalModel, llama_cpp: Any, script: Any, load_s: float, turns: int, write_every: int,
+              max_tokens: int, n_ctx: int, results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "benchmark": "real_cache",
         "meta": {
@@ -84,7 +96,7 @@ def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], re
             "model": model.model_path.name,
             "llama_cpp_python": getattr(llama_cpp, "__version__", "?"),
             "n_ctx": n_ctx,
-            "n_threads": model.llm.n_threads if hasattr(model.llm, "n_threads") else None,
+            "n_threads": getattr(model.llm, "n_threads", None),
             "model_load_s": round(load_s, 3),
             "turns": turns,
             "write_every": write_every,
@@ -102,13 +114,17 @@ def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
     out: list[tuple[str, bool, str]] = []
     by = doc["strategies"]
     if "frozen_replay" in by:
-        worst = by["frozen_replay"]["totals"]["max_share_after_first"]
+        result = by["frozen_replay"]
+        worst = result["totals"]["max_share_after_first"]
+        over = [f"{t['turn']} ({t['evaluated_share']:.1%})" for t in result["turns"][1:]
+                if t["evaluated_share"] > FROZEN_MAX_SHARE]
         out.append(("frozen_replay evaluates <= 10% of each turn's prompt after turn 1", worst <= FROZEN_MAX_SHARE,
-                    f"worst turn {worst:.1%}"))
+                    f"worst turn {worst:.1%}; turns over 10%: {', '.join(over) or 'none'}; reply tokens "
+                    f"re-evaluated because they re-tokenised differently: {result['totals'].get('reply_reevaluated')}"))
     if "rewrite_every_turn" in by:
         least = by["rewrite_every_turn"]["totals"]["min_share_after_first"]
-        out.append(("rewrite_every_turn evaluates >= 90% of each turn's prompt", least >= REWRITE_MIN_SHARE,
-                    f"least turn {least:.1%}"))
+        out.append(("rewrite_every_turn evaluates >= 90% of each turn's prompt after turn 1",
+                    least >= REWRITE_MIN_SHARE, f"least turn {least:.1%}"))
     for name, result in by.items():
         error = result["totals"]["prediction_error"]
         out.append((f"simulator within 5% of the engine: {name}", abs(error) <= PREDICTION_TOLERANCE,
@@ -166,21 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    def write(doc: dict[str, Any]) -> None:
+        doc = {**doc, "strategies": {k: dict(v) for k, v in doc["strategies"].items()}}
+        if args.tokens is not None:
+            tokens = {name: r.pop("tokens") for name, r in doc["strategies"].items()}
+            args.tokens.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(args.tokens, "wt", encoding="utf-8") as fh:
+                json.dump(tokens, fh, separators=(",", ":"))
+        doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
+        doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
     try:
         doc = run(args.turns, args.write_every, args.max_tokens, strategies, not args.no_rewrite_variant,
-                  args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet)
+                  args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet, partial=write)
     except LocalModelUnavailableError as exc:
         print(f"real_cache: {exc}", file=sys.stderr)
         return 2
-    if args.tokens is not None:
-        tokens = {name: r.pop("tokens") for name, r in doc["strategies"].items()}
-        args.tokens.parent.mkdir(parents=True, exist_ok=True)
-        with gzip.open(args.tokens, "wt", encoding="utf-8") as fh:
-            json.dump(tokens, fh, separators=(",", ":"))
-    doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
-    doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    doc = json.loads(args.json.read_text(encoding="utf-8"))
     print(report(doc))
     print(f"\nwrote {args.json}" + (f" and {args.tokens}" if args.tokens else ""))
     return 0 if all(c["passed"] for c in doc["checks"]) else 1

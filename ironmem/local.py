@@ -402,6 +402,11 @@ class RequestMeasurement:
     ttft_s: float
     total_s: float
     scripted_tool_call: bool
+    #: Of the previous request's reply tokens the engine evaluated (every sampled token but the last), how many
+    #: this prompt did NOT re-use because the reply, rendered as text and tokenized again, splits differently from
+    #: what was sampled (0: re-used in full). None when the shared prefix ends before that reply (a changed
+    #: system prompt or a dropped fence) or there is no previous request.
+    reply_reevaluated: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -524,6 +529,7 @@ def run_strategy(
     answers: list[str] = []
     measured: list[TurnMeasurement] = []
     kept: list[dict[str, list[int]]] = []
+    previous: tuple[list[int], list[int]] | None = None  # the last request's prompt and its evaluated reply
     for index in range(count):
         requests = strategy_requests(script, strategy, answers, index, rewrite_position)
         rows: list[RequestMeasurement] = []
@@ -534,6 +540,8 @@ def run_strategy(
             prompt = model.tokenize(model.render(messages, tools))
             generation = model.generate(prompt, max_tokens=1 if scripted else max_tokens)
             outcome = sim.request(prompt, output_tokens=generation.output_tokens)
+            reply_reevaluated = _reply_reevaluated(previous, prompt)
+            previous = (prompt, list(generation.output_tokens[:-1]))
             rows.append(
                 RequestMeasurement(
                     prompt_tokens=generation.prompt_tokens,
@@ -546,6 +554,7 @@ def run_strategy(
                     ttft_s=generation.ttft_s,
                     total_s=generation.total_s,
                     scripted_tool_call=scripted,
+                    reply_reevaluated=reply_reevaluated,
                 )
             )
             if keep_tokens:
@@ -567,6 +576,22 @@ def run_strategy(
     return result
 
 
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _reply_reevaluated(previous: tuple[list[int], list[int]] | None, prompt: Sequence[int]) -> int | None:
+    """How many of the previous reply's evaluated tokens ``prompt`` does not re-use (see RequestMeasurement)."""
+    if previous is None:
+        return None
+    before, reply = previous
+    shared = _common_prefix(list(before) + reply, prompt)
+    if shared < len(before):
+        return None
+    return len(reply) - (shared - len(before))
+
+
 def _totals(turns: Sequence[TurnMeasurement]) -> dict[str, Any]:
     prompt = sum(t.prompt_tokens for t in turns)
     evaluated = sum(t.evaluated for t in turns)
@@ -585,4 +610,5 @@ def _totals(turns: Sequence[TurnMeasurement]) -> dict[str, Any]:
         "ttft_s": sum(t.ttft_s for t in turns),
         "total_s": sum(t.total_s for t in turns),
         "mean_total_s_after_first": sum(t.total_s for t in later) / len(later) if later else 0.0,
+        "reply_reevaluated": sum(r.reply_reevaluated or 0 for t in turns for r in t.requests),
     }

@@ -89,3 +89,13 @@ def test_usage_without_cache_fields_is_marked_unreported() -> None:
     measured = parse_usage({"prompt_tokens": 300, "completion_tokens": 4, "total_tokens": 304,
                             "prompt_tokens_details": {"cached_tokens": 280}})
     assert measured is not None and measured.cache_read == 280 and measured.cache_reported
+
+
+def test_reply_reevaluated_counts_the_reply_tokens_a_prompt_does_not_reuse() -> None:
+    from ironmem.local import _reply_reevaluated
+
+    before, reply = [1, 2, 3], [7, 8, 9]  # the previous prompt and the reply tokens the engine evaluated
+    assert _reply_reevaluated(None, [1, 2]) is None  # no previous request
+    assert _reply_reevaluated((before, reply), [1, 2, 3, 7, 8, 9, 4, 5]) == 0  # re-tokenised the same: all re-used
+    assert _reply_reevaluated((before, reply), [1, 2, 3, 7, 6, 9, 4]) == 2  # split differently after one token
+    assert _reply_reevaluated((before, reply), [1, 2, 5, 7, 8, 9]) is None  # the prefix broke before the reply

@@ -1,8 +1,13 @@
 """A real model and a real KV cache: SmolLM2-135M on llama.cpp, in this process (extra ``ironmem[local]``).
 
 The short version of ``benchmarks/real_cache.py`` (5 turns, two strategies) checks the engine's evaluated-token
-counts against the prompt and against the simulator's ``LlamaCppPolicy``; the real LangChain and LlamaIndex
-agents run on the local model with ironmem's memory. Skipped only when llama-cpp-python is not installed.
+counts against the prompt and against the simulator's ``LlamaCppPolicy``; the real LangChain agent
+(``create_agent`` + ``IronMemoryMiddleware``) and the real LlamaIndex agent (``FunctionAgent`` + ``IronMemory``) run
+on the local model with ironmem's memory. What is scripted: the steps that must be a tool call (the ``memory``
+write; SmolLM2-135M does not call tools reliably) - the engine still evaluates those requests. Everything else - the
+answers, the prompts, the KV cache, the evaluated-token counts (``llama_perf_context(ctx).n_p_eval`` after
+``llama_perf_context_reset``) - comes from the real model and engine. Skipped only when llama-cpp-python is not
+installed (CI installs the ``local`` extra, so they run there).
 """
 
 from __future__ import annotations

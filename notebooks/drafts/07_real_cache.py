@@ -131,6 +131,42 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## What frozen + replayed fences evaluates, turn by turn
+#
+# After the first turn the engine should evaluate only what is new in the turn: the template tokens that close the
+# previous answer and open the next message, the new user message with its fenced recall, and on a write turn the
+# scripted tool call and its result. Two things could add to that: the previous answer re-tokenising differently
+# from the tokens the model sampled (the cache holds the sampled tokens; the next prompt holds the answer as text,
+# tokenised again), and the template changing text before the new message. `reply_reevaluated` counts the first
+# per request. The share of the prompt is then (new text) / (whole prompt): it is highest on the early turns, where
+# the prompt is shortest and a full recall fence is a large part of it.
+
+# %%
+name = "frozen_replay"
+turns = doc["strategies"][name]["turns"]
+x = [t["turn"] for t in turns]
+retok = [sum(r["reply_reevaluated"] or 0 for r in t["requests"]) for t in turns]
+new_text = [t["evaluated"] - r for t, r in zip(turns, retok)]
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.2))
+ax1.bar(x[1:], new_text[1:], color="tab:green", label="the turn's new text")
+ax1.bar(x[1:], retok[1:], bottom=new_text[1:], color="tab:red", label="previous answer re-tokenised differently")
+ax1.set(title=f"{name}: tokens evaluated per turn (turn 1, cold, not shown)", xlabel="turn", ylabel="tokens")
+ax1.legend(fontsize=8)
+ax2.plot(x[1:], [100 * t["evaluated_share"] for t in turns[1:]], marker=".", color="tab:green")
+ax2.axhline(10, color="black", linewidth=0.8, linestyle=":")
+ax2.set(title=f"{name}: share of the turn's prompt evaluated", xlabel="turn", ylabel="%", ylim=(0, None))
+plt.tight_layout()
+plt.show()
+later = turns[1:]
+worst = max(later, key=lambda t: t["evaluated_share"])
+print(f"turns 2-{len(turns)}: {sum(t['evaluated'] for t in later):,} of {sum(t['prompt_tokens'] for t in later):,} "
+      f"prompt tokens evaluated; worst turn {worst['turn']}: {worst['evaluated']:,} of {worst['prompt_tokens']:,} "
+      f"({worst['evaluated_share']:.1%})")
+print("turns over 10%:", ", ".join(f"{t['turn']} ({t['evaluated_share']:.1%})" for t in later
+                                   if t["evaluated_share"] > 0.10) or "none")
+print(f"reply tokens re-evaluated because they re-tokenised differently: {sum(retok[1:])} over the session")
+
+# %% [markdown]
 # ## The simulator against the engine
 #
 # `LlamaCppPolicy` models llama.cpp's single KV cache: it holds the previous prompt **and the reply generated after
