@@ -27,6 +27,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+import ahocorasick
 import yaml
 
 from ironmem.core.errors import IronMemError
@@ -179,10 +180,33 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
         )
     _CONCEPTS.clear()
     _CONCEPTS.update(concepts)
+    literals = {ph.literal for phs in concepts.values() for ph in phs}
+    literals.update(lit for rule in rules for lit in rule.requires)
+    _AUTOMATON[0] = _automaton(literals)
+    _CONCEPT_LITS.clear()
+    for name, phs in concepts.items():
+        by_lit: dict[str, list[_Phrase]] = {}
+        for ph in phs:
+            by_lit.setdefault(ph.literal, []).append(ph)
+        _CONCEPT_LITS[name] = {lit: tuple(v) for lit, v in by_lit.items()}
     return tuple(rules)
 
 
+def _automaton(literals: set[str]) -> Any:
+    """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
+    auto = ahocorasick.Automaton()
+    for lit in literals:
+        if lit:
+            auto.add_word(lit, lit)
+    if len(auto) == 0:
+        return None
+    auto.make_automaton()
+    return auto
+
+
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
+_AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
+_CONCEPT_LITS: dict[str, dict[str, tuple[_Phrase, ...]]] = {}  # concept -> literal -> its phrases
 
 
 @lru_cache(maxsize=1)
@@ -210,6 +234,7 @@ class _Text:
         self._prefixes: set[str] | None = None
         self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
+        self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
         self._con: dict[str, list[tuple[int, int]]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
@@ -235,9 +260,32 @@ class _Text:
             return word[:12] in self._prefixes or word in self._tokens  # type: ignore[operator]
         return word in self._tokens
 
+    def _occurrences(self) -> dict[str, list[int]]:
+        """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
+        ``_MAX_HITS`` per literal."""
+        if self._found is None:
+            found: dict[str, list[int]] = {}
+            auto = _AUTOMATON[0]
+            if auto is not None and self.text:
+                for end, lit in auto.iter(self.text):
+                    got = found.get(lit)
+                    if got is None:
+                        found[lit] = [end - len(lit) + 1]
+                    elif len(got) < _MAX_HITS:
+                        got.append(end - len(lit) + 1)
+            self._found = found
+        return self._found
+
     def literal(self, lit: str) -> list[int]:
         got = self._lit.get(lit)
         if got is None:
+            auto = _AUTOMATON[0]
+            if auto is not None and lit in auto:
+                occ = self._occurrences().get(lit)
+                # the filter stays the gate it was (a literal is looked for only where it may start a word)
+                got = occ if occ and self._may_contain(lit) else []
+                self._lit[lit] = got
+                return got
             got = []
             t = self.text
             if self._may_contain(lit) and lit in t:
@@ -255,7 +303,17 @@ class _Text:
         t = self.text
         n = len(t)
         spans: list[tuple[int, int]] = []
-        for ph in _CONCEPTS[name]:
+        by_lit = _CONCEPT_LITS[name]
+        if _AUTOMATON[0] is None or "" in by_lit:
+            phrases: Any = _CONCEPTS[name]
+        else:
+            # only the phrases whose literal occurs (found in the one pass); the order does not matter (sorted)
+            found = self._occurrences()
+            lits = [lit for lit in found if lit in by_lit] if len(found) < len(by_lit) else [
+                lit for lit in by_lit if lit in found
+            ]
+            phrases = [ph for lit in lits for ph in by_lit[lit]]
+        for ph in phrases:
             for i in self.literal(ph.literal):
                 if ph.left and i > 0 and (t[i - 1].isalnum() or t[i - 1] == "_"):
                     continue
