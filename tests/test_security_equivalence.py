@@ -66,6 +66,13 @@ def test_corpus_rows() -> None:
 
 
 def test_repeated_phrases_hit_the_same_cap() -> None:
-    # more occurrences than the per-literal cap, overlapping ones included
-    for t in ("ignore previous instructions " * 5000, "aaaa" * 3000 + " ignore all previous instructions"):
+    # more occurrences of a literal than the per-literal cap (overlapping ones included), in the one pass
+    # and past the point where the one pass hands over to the per-literal search
+    for t, one_pass in (
+        ("ignore " * 4500, True),
+        ("aaaa" * 3000 + " ignore all previous instructions", True),
+        ("ignore previous instructions " * 5000, False),
+    ):
+        tx = engine._Text(normalize(t).skel)
+        assert (tx._occurrences() is not None) is one_pass
         assert _matches(t) == _reference(t)

@@ -14,7 +14,8 @@ The file has two parts:
     must not: the test suite checks both).
 
 Linear time: a pattern that starts with ``{concept}`` is only tried where one of the concept's phrases
-occurs (found with ``str.find``), anchored there; other patterns must begin with a literal character
+occurs (every phrase found in one Aho-Corasick pass over the text, or with ``str.find`` per phrase when
+the text holds very many occurrences), anchored there; other patterns must begin with a literal character
 class cheap for the regex engine (``!``, ``<``, ``[``), and every gap is bounded.
 """
 
@@ -218,6 +219,7 @@ def load_rules() -> tuple[Rule, ...]:
 
 
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
+_PASS_MAX = 20_000  # occurrences of all literals that the one pass collects before it hands over to str.find
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
 # A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
 # a version number does not end it), at a newline, or at a CJK full stop.
@@ -235,6 +237,7 @@ class _Text:
         self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
+        self._many = False  # too many occurrences for the one pass: search per literal
         self._con: dict[str, list[tuple[int, int]]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
@@ -260,14 +263,20 @@ class _Text:
             return word[:12] in self._prefixes or word in self._tokens  # type: ignore[operator]
         return word in self._tokens
 
-    def _occurrences(self) -> dict[str, list[int]]:
+    def _occurrences(self) -> dict[str, list[int]] | None:
         """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
-        ``_MAX_HITS`` per literal."""
-        if self._found is None:
+        ``_MAX_HITS`` per literal; None when the text holds more than ``_PASS_MAX`` occurrences in all (a
+        long text or one phrase repeated): then the per-literal search (same result) is the cheaper one."""
+        if self._found is None and not self._many:
             found: dict[str, list[int]] = {}
             auto = _AUTOMATON[0]
             if auto is not None and self.text:
+                total = 0
                 for end, lit in auto.iter(self.text):
+                    total += 1
+                    if total > _PASS_MAX:
+                        self._many = True
+                        return None
                     got = found.get(lit)
                     if got is None:
                         found[lit] = [end - len(lit) + 1]
@@ -280,8 +289,9 @@ class _Text:
         got = self._lit.get(lit)
         if got is None:
             auto = _AUTOMATON[0]
-            if auto is not None and lit in auto:
-                occ = self._occurrences().get(lit)
+            found = self._occurrences() if auto is not None and lit in auto else None
+            if found is not None:
+                occ = found.get(lit)
                 # the filter stays the gate it was (a literal is looked for only where it may start a word)
                 got = occ if occ and self._may_contain(lit) else []
                 self._lit[lit] = got
@@ -304,11 +314,11 @@ class _Text:
         n = len(t)
         spans: list[tuple[int, int]] = []
         by_lit = _CONCEPT_LITS[name]
-        if _AUTOMATON[0] is None or "" in by_lit:
+        found = None if _AUTOMATON[0] is None or "" in by_lit else self._occurrences()
+        if found is None:
             phrases: Any = _CONCEPTS[name]
         else:
             # only the phrases whose literal occurs (found in the one pass); the order does not matter (sorted)
-            found = self._occurrences()
             lits = [lit for lit in found if lit in by_lit] if len(found) < len(by_lit) else [
                 lit for lit in by_lit if lit in found
             ]
