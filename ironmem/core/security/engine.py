@@ -14,7 +14,8 @@ The file has two parts:
     must not: the test suite checks both).
 
 Linear time: a pattern that starts with ``{concept}`` is only tried where one of the concept's phrases
-occurs (found with ``str.find``), anchored there; other patterns must begin with a literal character
+occurs (every phrase found in one Aho-Corasick pass over the text, or with ``str.find`` per phrase when
+the text holds very many occurrences), anchored there; other patterns must begin with a literal character
 class cheap for the regex engine (``!``, ``<``, ``[``), and every gap is bounded.
 """
 
@@ -27,6 +28,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+import ahocorasick
 import yaml
 
 from ironmem.core.errors import IronMemError
@@ -179,10 +181,33 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
         )
     _CONCEPTS.clear()
     _CONCEPTS.update(concepts)
+    literals = {ph.literal for phs in concepts.values() for ph in phs}
+    literals.update(lit for rule in rules for lit in rule.requires)
+    _AUTOMATON[0] = _automaton(literals)
+    _CONCEPT_LITS.clear()
+    for name, phs in concepts.items():
+        by_lit: dict[str, list[_Phrase]] = {}
+        for ph in phs:
+            by_lit.setdefault(ph.literal, []).append(ph)
+        _CONCEPT_LITS[name] = {lit: tuple(v) for lit, v in by_lit.items()}
     return tuple(rules)
 
 
+def _automaton(literals: set[str]) -> Any:
+    """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
+    auto = ahocorasick.Automaton()
+    for lit in literals:
+        if lit:
+            auto.add_word(lit, lit)
+    if len(auto) == 0:
+        return None
+    auto.make_automaton()
+    return auto
+
+
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
+_AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
+_CONCEPT_LITS: dict[str, dict[str, tuple[_Phrase, ...]]] = {}  # concept -> literal -> its phrases
 
 
 @lru_cache(maxsize=1)
@@ -194,6 +219,7 @@ def load_rules() -> tuple[Rule, ...]:
 
 
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
+_PASS_MAX = 20_000  # occurrences of all literals that the one pass collects before it hands over to str.find
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
 # A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
 # a version number does not end it), at a newline, or at a CJK full stop.
@@ -210,6 +236,8 @@ class _Text:
         self._prefixes: set[str] | None = None
         self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
+        self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
+        self._many = False  # too many occurrences for the one pass: search per literal
         self._con: dict[str, list[tuple[int, int]]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
@@ -235,9 +263,39 @@ class _Text:
             return word[:12] in self._prefixes or word in self._tokens  # type: ignore[operator]
         return word in self._tokens
 
+    def _occurrences(self) -> dict[str, list[int]] | None:
+        """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
+        ``_MAX_HITS`` per literal; None when the text holds more than ``_PASS_MAX`` occurrences in all (a
+        long text or one phrase repeated): then the per-literal search (same result) is the cheaper one."""
+        if self._found is None and not self._many:
+            found: dict[str, list[int]] = {}
+            auto = _AUTOMATON[0]
+            if auto is not None and self.text:
+                total = 0
+                for end, lit in auto.iter(self.text):
+                    total += 1
+                    if total > _PASS_MAX:
+                        self._many = True
+                        return None
+                    got = found.get(lit)
+                    if got is None:
+                        found[lit] = [end - len(lit) + 1]
+                    elif len(got) < _MAX_HITS:
+                        got.append(end - len(lit) + 1)
+            self._found = found
+        return self._found
+
     def literal(self, lit: str) -> list[int]:
         got = self._lit.get(lit)
         if got is None:
+            auto = _AUTOMATON[0]
+            found = self._occurrences() if auto is not None and lit in auto else None
+            if found is not None:
+                occ = found.get(lit)
+                # the filter stays the gate it was (a literal is looked for only where it may start a word)
+                got = occ if occ and self._may_contain(lit) else []
+                self._lit[lit] = got
+                return got
             got = []
             t = self.text
             if self._may_contain(lit) and lit in t:
@@ -255,7 +313,17 @@ class _Text:
         t = self.text
         n = len(t)
         spans: list[tuple[int, int]] = []
-        for ph in _CONCEPTS[name]:
+        by_lit = _CONCEPT_LITS[name]
+        found = None if _AUTOMATON[0] is None or "" in by_lit else self._occurrences()
+        if found is None:
+            phrases: Any = _CONCEPTS[name]
+        else:
+            # only the phrases whose literal occurs (found in the one pass); the order does not matter (sorted)
+            lits = [lit for lit in found if lit in by_lit] if len(found) < len(by_lit) else [
+                lit for lit in by_lit if lit in found
+            ]
+            phrases = [ph for lit in lits for ph in by_lit[lit]]
+        for ph in phrases:
             for i in self.literal(ph.literal):
                 if ph.left and i > 0 and (t[i - 1].isalnum() or t[i - 1] == "_"):
                     continue

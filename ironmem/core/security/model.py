@@ -118,6 +118,8 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
                 bh = wh[:-1] * _P + wh[1:]
                 idx_parts.append(_mix(bh, _SALT_BIGRAM))
                 pos_parts.append(ws[:-1].astype(np.int64))
+    if not idx_parts:  # a text of one punctuation mark: no n-gram, no word
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     idx = (np.concatenate(idx_parts) % np.uint64(DIM)).astype(np.int64)
     return idx, np.concatenate(pos_parts)
 
