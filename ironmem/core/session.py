@@ -65,6 +65,17 @@ def _content(item: RecallItem) -> str:
     return text
 
 
+def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
+    """Scan one recalled item; a blocked item is logged, its reason added to ``dropped``, and True returned."""
+    verdict = _scan_recalled(_content(item))
+    if not verdict.blocked:
+        return False
+    reason = f"{item.source}: {verdict.reason}"
+    log.warning("recalled item dropped by the security scan (%s)", reason)
+    dropped.append(reason)
+    return True
+
+
 def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBudget) -> tuple[list[RecallItem], list[str]]:
     """The items that go in the fence: live entries, then the best candidates, within ``budget``.
 
@@ -76,11 +87,7 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
     seen: set[str] = set()
     tokens_left = budget.tokens
     for item in live:
-        verdict = _scan_recalled(_content(item))
-        if verdict.blocked:
-            reason = f"{item.source}: {verdict.reason}"
-            log.warning("recalled item dropped by the security scan (%s)", reason)
-            dropped.append(reason)
+        if _dropped_by_scan(item, dropped):
             continue
         seen.add(" ".join(item.text.split()).casefold())
         kept.append(item)
@@ -93,11 +100,7 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
         if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
             continue
         seen.add(key)
-        verdict = _scan_recalled(_content(item))
-        if verdict.blocked:
-            reason = f"{item.source}: {verdict.reason}"
-            log.warning("recalled item dropped by the security scan (%s)", reason)
-            dropped.append(reason)
+        if _dropped_by_scan(item, dropped):
             continue
         # One item may use up to twice its share, but never more than what is left.
         allowance = min(tokens_left, 2 * RecallBudget.ITEM_TOKENS)
