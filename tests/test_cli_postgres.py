@@ -85,3 +85,20 @@ def test_status_and_search_read_the_database(pg_config: Path) -> None:
     code, out, err = cli(pg_config, "search", "Fly.io", "--json")
     assert code == 0, err
     assert [hit["text"] for hit in json.loads(out)["results"]] == ["tidepool deploys on Fly.io"]
+
+
+def test_read_only_commands_on_a_database_ironmem_never_wrote_say_what_to_do(tmp_path: Path, pg_url: str) -> None:
+    """``status`` opens the storage read-only, which never migrates: an empty database (or a mistyped schema) is
+    a one-line error naming the fix, and the inspection creates nothing there."""
+    import psycopg
+
+    sep = "&" if "?" in pg_url else "?"
+    (tmp_path / "home").mkdir()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"memory:\n  home: {tmp_path / 'home'}\n  storage: {pg_url}{sep}ironmem_schema=typo\n",
+                      encoding="utf-8")
+    for command in (["status"], ["show"], ["search", "anything"]):
+        assert_one_line_error(run("--config", str(config), *command), "no ironmem tables", "schema typo",
+                              "opened for writing")
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regnamespace('typo')").fetchone() == (None,)

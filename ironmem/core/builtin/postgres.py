@@ -281,6 +281,8 @@ class PostgresStorage(MemoryStorage):
         self._closed = False
         self._pool: ConnectionPool = self._new_pool()
         self._index = PostgresIndex(self)
+        if not migrate:
+            self._require_current_schema()
 
     def _new_pool(self) -> ConnectionPool:
         _, psycopg_pool = _require_psycopg()
@@ -437,6 +439,34 @@ class PostgresStorage(MemoryStorage):
 
     def schema_version(self) -> int:
         return self.run("reading the schema version", self._applied, written="")
+
+    def _require_current_schema(self) -> None:
+        """Opened without migrating (read-only inspection): stop with what to do when the tables are missing, older
+        or newer than this ironmem, instead of a database error on the first read."""
+        try:
+            version = self.schema_version()
+        except StorageError:
+            self.close()
+            raise
+        if version == SCHEMA_VERSION:
+            return
+        self.close()
+        where = self.describe()
+        if version == 0:
+            raise StorageError(
+                f"no ironmem tables in {where}: nothing has been written there yet. Check the URL and the schema "
+                "name; ironmem creates the tables the first time the memory is opened for writing (not read-only)"
+            )
+        if version < SCHEMA_VERSION:
+            raise StorageError(
+                f"the ironmem tables in {where} are at version {version}, older than this ironmem ({SCHEMA_VERSION}), "
+                "and a read-only open does not upgrade them: open the memory once for writing (not read-only), "
+                "then inspect it"
+            )
+        raise StorageError(
+            f"the ironmem tables in {where} are at version {version}, newer than this ironmem knows "
+            f"({SCHEMA_VERSION}); upgrade ironmem on this machine"
+        )
 
     # -- entries ----------------------------------------------------------------------------------
     @property
