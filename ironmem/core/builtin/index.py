@@ -18,7 +18,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,8 @@ class SearchHit:
         return time.strftime("%Y-%m-%d", time.gmtime(self.ts))
 
     def to_dict(self) -> dict[str, object]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # fields() and getattr, not asdict(): asdict deep-copies every value
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
 
 _SCHEMA = """
