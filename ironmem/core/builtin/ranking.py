@@ -581,7 +581,7 @@ def rank_turns(
             cutoff = worst[0]  # negated key: (-(not content), score, ...)
             if -cutoff[0] < (not content) or (
                     -cutoff[0] == (not content)
-                    and scorer.bound([h or c for h, c in zip(held, capped)]) < cutoff[1]):
+                    and scorer.bound([bool(h or c) for h, c in zip(held, capped)]) < cutoff[1]):
                 continue
         value = scorer.score(f"{row[4]}\n{row[5]}", row[6], held)
         key = (not content, -value[0], -value[1], -value[2], row[6], -row[0])
