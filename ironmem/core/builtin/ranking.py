@@ -295,6 +295,7 @@ class Scorer:
     def __init__(self, terms: Sequence[tuple[float, Term]], avgdl: float) -> None:
         self.terms = list(terms)
         self.avgdl = max(avgdl, 1.0)
+        self._bounds: dict[tuple[bool, ...], float] = {}
         self.single = {t.tokens[0]: i for i, (_, t) in enumerate(self.terms) if len(t.tokens) == 1 and not t.prefix}
         # Latin terms only: stem just the words that can stem to a term (those starting like it; Snowball keeps
         # a word's first letters but for y/i: cry -> cri, dying -> die), not every word of the text.
@@ -328,6 +329,13 @@ class Scorer:
     def bound(self, possible: Sequence[bool]) -> float:
         """The highest score a text holding at most the terms flagged in ``possible`` can get (any tf, any
         length, every pair of them adjacent)."""
+        key = tuple(possible)
+        found = self._bounds.get(key)
+        if found is None:
+            found = self._bounds[key] = self._bound(key)
+        return found
+
+    def _bound(self, possible: Sequence[bool]) -> float:
         total = sum(idf for (idf, _), ok in zip(self.terms, possible) if ok) * (K1 + 1.0)
         if len(self.single) >= 2:
             held = sorted(self.terms[i][0] for i in self.single.values() if i < len(possible) and possible[i])
