@@ -40,7 +40,7 @@ from _util import metadata, table, write_json
 from recall_data import Conversation, generate
 
 from ironmem import MemoryManager
-from ironmem.core.recall import Recall, RecallItem
+from ironmem.core.recall import Recall, RecallBudget, RecallItem, estimate_tokens
 
 KS = (3, 5, 10)
 TYPES = ("single-hop", "multi-hop", "temporal", "preference", "knowledge-update")
@@ -133,6 +133,7 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
     tokens: dict[str, list[int]] = defaultdict(list)
     dropped: list[dict[str, str]] = []
     latency: dict[str, list[float]] = defaultdict(list)
+    budget_use: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # method -> k -> most (tokens, items)
 
     def record(method: str, qtype: str, ranked: list[int], evidence: list[int]) -> None:
         for k in KS:
@@ -203,6 +204,9 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
                     if k == 5:
                         latency[name].append(time.perf_counter() - t1)
                         tokens[name].append(count(recall.fenced()) if recall else 0)
+                    content = estimate_tokens("".join(item.rendered for item in recall.items))
+                    most = budget_use[name].get(k, (0, 0))
+                    budget_use[name][k] = (max(most[0], content), max(most[1], len(recall.items)))
                     for reason in recall.dropped:
                         dropped.append({"method": name, "question": q.text, "reason": reason})
                     got = _turn_ids_from_recall(recall, by_text)
@@ -239,6 +243,11 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
         "results": results,
         "fence_tokens_per_turn_at_5": {m: round(sum(v) / len(v), 1) for m, v in tokens.items() if v},
         "latency_ms_p50": {m: round(sorted(v)[len(v) // 2] * 1000, 2) for m, v in latency.items() if v},
+        # The recall budget is one setting: k items and k * ITEM_TOKENS content tokens (counted as prefetch counts
+        # them); the most any fence held, per k.
+        "recall_budget_check": {m: {str(k): {"most_tokens": t, "most_items": n, "budget_tokens": RecallBudget(k).tokens,
+                                             "held": t <= RecallBudget(k).tokens and n <= k}
+                                    for k, (t, n) in sorted(by_k.items())} for m, by_k in budget_use.items()},
         "scan_dropped_recalled_items": dropped[:50],
         "scan_dropped_count": len(dropped),
         "scan_blocked_dataset_turns": blocked_turns,
@@ -262,6 +271,11 @@ def render(report: dict[str, Any]) -> str:
             rows.append([m] + [f"{report['results'][m][t][f'recall@{k}']:.1%}" for t in types])
         n = [report["results"][methods[0]][t]["n"] for t in types]
         lines += [f"recall@{k} per question type", table(["method"] + [f"{t} ({c})" for t, c in zip(types, n)], rows), ""]
+    for m, by_k in report.get("recall_budget_check", {}).items():
+        lines.append(f"recall budget ({m}): " + "; ".join(
+            f"{k} items -> at most {v['most_items']} items, {v['most_tokens']} of {v['budget_tokens']} tokens "
+            f"({'held' if v['held'] else 'EXCEEDED'})"
+            for k, v in by_k.items()))
     lines.append(f"recall-time scan: {report['scan_dropped_count']} recalled items dropped; "
                  f"{len(report['scan_blocked_dataset_turns'])} ordinary dataset turns blocked by the scanner")
     for b in report["scan_blocked_dataset_turns"][:10]:
