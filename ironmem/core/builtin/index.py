@@ -478,7 +478,9 @@ class SearchIndex:
         self, query: str, terms: list[Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],
         *, user_id: str | None, exclude_session: str | None,
     ) -> list[SearchHit]:
-        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * cos / max_cos``.
+        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
+        ``dense = max(0, z) / (DENSE_SCALE * sqrt(2 ln N))`` for turns (``z``: the similarity's z-score over all N
+        turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
 
         Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
         embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
