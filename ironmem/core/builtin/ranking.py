@@ -295,7 +295,6 @@ class Scorer:
     def __init__(self, terms: Sequence[tuple[float, Term]], avgdl: float) -> None:
         self.terms = list(terms)
         self.avgdl = max(avgdl, 1.0)
-        self._bounds: dict[tuple[bool, ...], float] = {}
         self.single = {t.tokens[0]: i for i, (_, t) in enumerate(self.terms) if len(t.tokens) == 1 and not t.prefix}
         # Latin terms only: stem just the words that can stem to a term (those starting like it; Snowball keeps
         # a word's first letters but for y/i: cry -> cri, dying -> die), not every word of the text.
@@ -325,23 +324,6 @@ class Scorer:
             out.append(stem(m.group()))
             end = m.end()
         return out
-
-    def bound(self, possible: Sequence[bool]) -> float:
-        """The highest score a text holding at most the terms flagged in ``possible`` can get (any tf, any
-        length, every pair of them adjacent)."""
-        key = tuple(possible)
-        found = self._bounds.get(key)
-        if found is None:
-            found = self._bounds[key] = self._bound(key)
-        return found
-
-    def _bound(self, possible: Sequence[bool]) -> float:
-        total = sum(idf for (idf, _), ok in zip(self.terms, possible) if ok) * (K1 + 1.0)
-        if len(self.single) >= 2:
-            held = sorted(self.terms[i][0] for i in self.single.values() if i < len(possible) and possible[i])
-            # each pair scores the smaller IDF of the two: sorted ascending, the i-th is the smaller of n-1-i pairs
-            total += PROXIMITY_WEIGHT * sum(idf * (len(held) - 1 - i) for i, idf in enumerate(held))
-        return total * (1.0 + 1e-9) + 1e-12
 
     def score(self, text: str, length: int, matched_ids: Sequence[bool] = ()) -> tuple[float, int, float]:
         toks = self._tokens(text)
@@ -575,30 +557,11 @@ def rank_turns(
         return [], mass
     total, count = source.length_stats(newest)
     scorer = Scorer([(w, t) for w, t, _ in kept], total / count if count else 1.0)
-    # A turn's BM25 is at most (K1 + 1) * idf for each term it can hold (those whose list holds it, and the
-    # capped terms, which it may hold beyond their lists) plus the proximity bonus of those terms: a turn whose
-    # bound is below the limit-th best score so far cannot be in the result and is not scored (exact: the same
-    # results as scoring every candidate, fewer texts tokenized).
-    capped = [c for _, _, c in kept]
-    worst: list[tuple[float, ...]] = []  # the best `limit` keys so far, negated: worst[0] is the worst of them
     scored = []
     for row in rows:
-        held = [row[0] in s for s in sets]
+        value = scorer.score(f"{row[4]}\n{row[5]}", row[6], [row[0] in s for s in sets])
         content = row[0] in found_strong
-        if len(worst) == limit:
-            cutoff = worst[0]  # negated key: (-(not content), score, ...)
-            if -cutoff[0] < (not content) or (
-                    -cutoff[0] == (not content)
-                    and scorer.bound([bool(h or c) for h, c in zip(held, capped)]) < cutoff[1]):
-                continue
-        value = scorer.score(f"{row[4]}\n{row[5]}", row[6], held)
-        key = (not content, -value[0], -value[1], -value[2], row[6], -row[0])
-        scored.append((key, row[0], value[0]))
-        negated = tuple(-float(x) for x in key)
-        if len(worst) < limit:
-            heapq.heappush(worst, negated)
-        elif negated > worst[0]:
-            heapq.heapreplace(worst, negated)
+        scored.append(((not content, -value[0], -value[1], -value[2], row[6], -row[0]), row[0], value[0]))
     scored.sort()
     best = scored[:limit]
     full = {r[0]: r for r in source.load([rowid for _, rowid, _ in best], user_id=None, exclude_session=None,
