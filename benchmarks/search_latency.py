@@ -240,7 +240,7 @@ def render(result: dict[str, Any]) -> str:
         cpu = r["ironmem"]["cold"].get("cpu")
         if cpu:
             lines.append(f"{r['turns']:,} turns, cold, process CPU time: p50 {fmt_ms(cpu['p50_ms'])} ms, "
-                         f"p95 {fmt_ms(cpu['p95_ms'])} ms (independent of the machine's load)")
+                         f"p95 {fmt_ms(cpu['p95_ms'])} ms (the load inflates it far less than wall time)")
     if result.get("load_average"):
         lines.append("load average at the end: " + ", ".join(f"{x:.2f}" for x in result["load_average"]))
     for name, t in result["targets"].items():
