@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -268,14 +269,21 @@ def test_similarity_stats_are_those_of_every_stored_turn_and_survive_a_restart(t
     assert got is not None and got[2] == len(texts)
     assert got[0] == pytest.approx(sims.mean(), abs=1e-6) and got[1] == pytest.approx(sims.std(), abs=1e-6)
     # kept on disk; a vectors.db made before the moments were kept gets them from its vectors
-    with sqlite3.connect(tmp_path / ".ironmem" / "vectors.db") as conn:
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
         assert conn.execute("SELECT n FROM turn_moments").fetchone()[0] == len(texts)
     with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
         assert manager.builtin.index.vectors.similarity_stats("which otters?") == pytest.approx(got)
-    with sqlite3.connect(tmp_path / ".ironmem" / "vectors.db") as conn:
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
         conn.execute("DROP TABLE turn_moments")
     with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
         assert manager.builtin.index.vectors.similarity_stats("which otters?") == pytest.approx(got)
+    # turns embedded again (their progress mark lost) replace their old vectors in the moments, not add to them
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
+        conn.execute("UPDATE meta SET value = '0' WHERE key = 'turns_upto'")
+    with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
+        vectors = manager.builtin.index.vectors
+        assert vectors.wait_idle(60) and vectors.status()["turns_embedded_upto"] == len(texts)
+        assert vectors.similarity_stats("which otters?") == pytest.approx(got)
 
 
 def test_a_dense_model_that_knows_nothing_does_not_push_lexical_matches_out(tmp_path: Path) -> None:
