@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["Conversation", "Question", "Turn", "generate"]
+__all__ = ["FAMILIES", "Conversation", "Question", "Turn", "generate"]
 
 
 @dataclass
@@ -263,6 +263,107 @@ FILLER_ASSISTANT = [
 ]
 
 
+# -- family "b": held out by source ------------------------------------------------------------------
+# Other templates for the same kinds of fact, written separately from family "a" and never looked at while
+# choosing any ranking or fusion parameter: terser, chattier statements (the fact often in a subordinate clause),
+# questions worded as a user asks them mid-task ("remind me ...", "...?  I forgot"), its own filler and asides.
+# Reported apart from family "a" by ``recall_quality.py --family b``.
+FACTS_B: list[tuple[str, list[tuple[str, str]], list[str]]] = [
+    ("single-hop", [("ok so the shelter let us take the {pet} home, the kids insisted on calling her {petname}", "{ack} Give {petname} a few days to settle.")],
+     ["remind me, what's my {pet} called again?", "what name did we give the new family pet?"]),
+    ("single-hop", [("signed the contract today, {company} is taking me on as their new {job}", "{ack} When do you start?")],
+     ["which company is hiring me as a {job}?", "who is my new employer going to be?"]),
+    ("single-hop", [("{sibname} (my {sibling}) got into a master's programme and relocated to {city}", "{ack}")],
+     ["where did {sibname} relocate to?", "which city does my {sibling} study in?"]),
+    ("single-hop", [("first {instrument} class went ok, {teacher} says my posture is awful lol", "Everyone starts there.")],
+     ["what's the name of the person teaching me {instrument}?", "which instrument did I take up?"]),
+    ("single-hop", [("blood test results: {allergen} allergy. so that explains the rashes", "Glad you have an answer.")],
+     ["remind me what I can't eat because of the allergy test", "what did the blood test say I react to?"]),
+    ("single-hop", [("picked up a second-hand {car} on saturday, {color} paint, runs great", "{ack}")],
+     ["what colour is the {car} we got?", "what car did we end up buying?"]),
+    ("single-hop", [("halfway through {book}, {author} really knows how to write trees and people", "It's a great one.")],
+     ["who's the author of {book} again?", "what book am I halfway through?"]),
+    ("single-hop", [("{friend} loved the {gift} I got her for her birthday", "What a nice gift.")],
+     ["what did I get {friend} as a birthday present?", "which birthday gift did my friend love?"]),
+    ("single-hop", [("saw Dr. {doc} this morning, apparently I need to go easy on {thing}", "Small changes add up.")],
+     ["what does Dr. {doc} want me to go easy on?", "what did the doctor say I should have less of?"]),
+    ("preference", [("not eating meat has been easy honestly, three years {diet} and counting", "Impressive consistency.")],
+     ["am I still {diet}?", "any dietary restrictions I should keep in mind for the dinner party?"]),
+    ("preference", [("coffee order for the record: {coffee}, always", "Noted.")],
+     ["how do I like my coffee?", "what should you order for me at the cafe?"]),
+    ("preference", [("put on {genre} and I can focus for hours", "Whatever keeps you in the zone.")],
+     ["what do I listen to to focus?", "what should I play during a long work session?"]),
+    ("preference", [("beaches full of people are my nightmare, give me a trip {travelpref} any day", "Fair.")],
+     ["what kind of trip would I enjoy?", "should I book a busy beach resort for my holiday?"]),
+    ("preference", [("{movie} is the one film I could rewatch forever", "A classic.")],
+     ["which film could I rewatch forever?", "what's my all-time favourite movie?"]),
+    ("temporal", [("home from {place} last night, jet lag is brutal", "Welcome home! Rest up.")],
+     ["when was I in {place}?", "when did I come back from my holiday abroad?"]),
+    ("temporal", [("crossed the finish line of my first {race}!!", "{ack} Well done!")],
+     ["when did I do my first {race}?", "when did I complete my first race?"]),
+    ("temporal", [("went to the {band} show tonight, my ears are still ringing", "Sounds like a great night.")],
+     ["when did I see {band}?", "when was the last concert I went to?"]),
+    ("multi-hop", [("{friend2}'s a {job2} by the way, in case that comes up", "Good to know."),
+                   ("{friend2} asked me to {event} next weekend", "Sounds fun.")],
+     ["what does {friend2} do for a living? he's the one who asked me to {event}", "what job does the friend who invited me to {event} have?"]),
+    ("multi-hop", [("{sibname} has been living in {city} for a while now", "Nice."),
+                   ("booked flights to visit {sibname} in {month}", "Enjoy the trip.")],
+     ["where am I flying in {month}?", "which city will I be in during {month}?"]),
+    ("knowledge-update", [("my commute to {city} is only ten minutes", "Lucky you."),
+                          ("the move to {city2} is done, new address and everything", "{ack} Settling in?")],
+     ["what city am I based in these days?", "where do I live currently?"]),
+    ("knowledge-update", [("{boss} is my team lead, she's great", "That helps."),
+                          ("reorg happened: {boss2} is my lead now, {boss} moved to another team", "Reorgs are tough.")],
+     ["who is my team lead at the moment?", "who's my boss now after the reorg?"]),
+    ("knowledge-update", [("my phone is {phone}, it's fine", "Good."),
+                          ("traded in my old phone for {phone2}", "{ack} Enjoy it.")],
+     ["what phone do I have at the moment?", "which smartphone am I using now?"]),
+]
+FILLER_USER_B = [
+    "can you proofread this paragraph for me quickly",
+    "ugh the printer at work jammed three times today",
+    "what's a good way to memorize vocabulary for a language class?",
+    "need a polite way to say no to an extra project",
+    "how many grams is a cup of flour",
+    "the heatwave in {city} is on the news again",
+    "my {sibling} sent me a meme about cats, still laughing",
+    "quick question: is it 'affect' or 'effect' here?",
+    "my laptop fan is super loud, should I worry?",
+    "the bakery downstairs closed, sad",
+    "can you give me three ideas for a team offsite?",
+    "I keep forgetting to water things, any app for that?",
+    "[yawns] meetings all afternoon",
+    "disregard that, I found the file",
+    "what's the capital of Mongolia, settling a bet",
+    "honestly I refuse to do another all-nighter",
+]
+TOPICAL_B = [
+    "{friend}'s {pet} escaped again this morning",
+    "a recruiter from {company} messaged me but I'm not interested",
+    "my cousin wants to learn {instrument}, any beginner tips?",
+    "{friend} can't eat {allergen} either, we compare notes",
+    "a {color} {car} almost hit me on my bike today",
+    "book club picked {book}, I'm not sure I'll finish",
+    "{friend} went to {place} and won't stop posting photos",
+    "{band} announced a tour, tickets sold out in minutes",
+    "{friend2} is thinking of becoming a {job2} too, funny",
+    "rent in {city} went up again",
+    "my old phone is in a drawer somewhere",
+    "{friend} watched {movie} for the first time and hated it",
+]
+ASIDES_B = ["anyway.", "busy day.", "also my cat knocked over a plant.", "lol.", "not much else going on.",
+            "also, the wifi is terrible today."]
+FILLER_ASSISTANT_B = ["Sure thing.", "Here you go.", "Ha, fair enough.", "That's annoying.", "Good idea.",
+                      "Let me think about that.", "Makes sense.", "Here's what I'd suggest."]
+
+#: The template families: ``a`` (the reported dataset, seen while choosing parameters on seed 7) and ``b``
+#: (held out: never used to choose anything).
+FAMILIES = {
+    "a": (lambda: (FACTS, FILLER_USER, TOPICAL, ASIDES, FILLER_ASSISTANT)),
+    "b": (lambda: (FACTS_B, FILLER_USER_B, TOPICAL_B, ASIDES_B, FILLER_ASSISTANT_B)),
+}
+
+
 #: Share of questions that paraphrase their evidence instead of reusing one of its words. Long-conversation
 #: benchmarks built from human-written questions (LoCoMo, LongMemEval) mostly name the person, place or thing
 #: asked about; about a third of questions here do not.
@@ -282,8 +383,13 @@ def _slots(rng: random.Random) -> dict[str, str]:
     return slots
 
 
-def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int = 12, seed: int = 1234) -> list[Conversation]:
-    """The dataset: ``conversations`` independent users, each with dated sessions of chatter and facts."""
+def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int = 12, seed: int = 1234,
+             family: str = "a") -> list[Conversation]:
+    """The dataset: ``conversations`` independent users, each with dated sessions of chatter and facts, from the
+    templates of ``family`` (see :data:`FAMILIES`)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown template family {family!r}: choose one of {sorted(FAMILIES)}")
+    facts, filler_user, topical, asides, filler_assistant = FAMILIES[family]()
     rng = random.Random(seed)
     out: list[Conversation] = []
     for c in range(conversations):
@@ -295,7 +401,7 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
         free = list(range(total))
         rng.shuffle(free)
         taken: set[int] = set()
-        for f, (qtype, statements, _) in enumerate(FACTS):
+        for f, (qtype, statements, _) in enumerate(facts):
             slots = _slots(rng)
             fact_slots.append(slots)
             if len(statements) == 1:
@@ -325,20 +431,20 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
                 # People rarely state a fact alone: most of the time it comes with asides before or after.
                 roll = rng.random()
                 if roll < 0.3:
-                    user = f"{rng.choice(ASIDES)} {user}"
+                    user = f"{rng.choice(asides)} {user}"
                 elif roll < 0.6:
-                    user = f"{user} {rng.choice(ASIDES)}"
+                    user = f"{user} {rng.choice(asides)}"
                 elif roll < 0.8:
-                    before, after = rng.sample(ASIDES, 2)
+                    before, after = rng.sample(asides, 2)
                     user = f"{before} {user} {after}"
-                assistant = f"{assistant} {rng.choice(FILLER_ASSISTANT)}"
+                assistant = f"{assistant} {rng.choice(filler_assistant)}"
             else:
                 slots = _slots(rng)
-                pool = TOPICAL if rng.random() < 0.4 else FILLER_USER
+                pool = topical if rng.random() < 0.4 else filler_user
                 user = _fill(rng.choice(pool), slots)
-                assistant = " ".join(rng.sample(FILLER_ASSISTANT, 2))
+                assistant = " ".join(rng.sample(filler_assistant, 2))
             conv.turns.append(Turn(pos, session, ts, user, assistant))
-        for f, (qtype, statements, questions) in enumerate(FACTS):
+        for f, (qtype, statements, questions) in enumerate(facts):
             style = "paraphrase" if rng.random() < PARAPHRASE_SHARE else "keyword"
             text = _fill(questions[0 if style == "keyword" else 1], fact_slots[f])
             if qtype == "knowledge-update":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -230,3 +231,77 @@ def test_local_minilm_hybrid_recall_finds_a_paraphrase(tmp_path: Path) -> None:
         recall = manager.start_session("b").prefetch("Which musical instrument am I learning?")
         assert recall.items and "violin" in recall.items[0].text
         assert manager.status()["recall"]["model"] == "all-MiniLM-L6-v2-onnx-int8"
+
+
+def _noise_embedder(dims: int = 64):
+    """A dense "model" that knows nothing: a fixed random unit vector per text (seeded by the text)."""
+    import hashlib
+
+    import numpy as np
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            rng = np.random.default_rng(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little"))
+            v = rng.normal(size=dims)
+            out.append((v / np.linalg.norm(v)).tolist())
+        return out
+
+    return embed
+
+
+def test_similarity_stats_are_those_of_every_stored_turn_and_survive_a_restart(tmp_path: Path) -> None:
+    import numpy as np
+
+    texts = [f"turn {i} about {word}" for i, word in enumerate(["otters", "tea", "trains", "violins"] * 10)]
+    embedder = HashingEmbedder(dims=64)
+    with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
+        session = manager.start_session("a")
+        for text in texts:
+            session.sync_turn(text, "ok")
+        vectors = manager.builtin.index.vectors
+        assert vectors.wait_idle(60)
+        got = vectors.similarity_stats("which otters?")
+    docs = np.array(embedder([f"{t}\nok" for t in texts]), dtype=np.float64)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    q = np.array(embedder(["which otters?"])[0], dtype=np.float64)
+    sims = docs @ (q / np.linalg.norm(q))
+    assert got is not None and got[2] == len(texts)
+    assert got[0] == pytest.approx(sims.mean(), abs=1e-6) and got[1] == pytest.approx(sims.std(), abs=1e-6)
+    # kept on disk; a vectors.db made before the moments were kept gets them from its vectors
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
+        assert conn.execute("SELECT n FROM turn_moments").fetchone()[0] == len(texts)
+    with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
+        assert manager.builtin.index.vectors.similarity_stats("which otters?") == pytest.approx(got)
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
+        conn.execute("DROP TABLE turn_moments")
+    with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
+        assert manager.builtin.index.vectors.similarity_stats("which otters?") == pytest.approx(got)
+    # turns embedded again (their progress mark lost) replace their old vectors in the moments, not add to them
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn, conn:
+        conn.execute("UPDATE meta SET value = '0' WHERE key = 'turns_upto'")
+    with MemoryManager(home=tmp_path, embeddings=embedder) as manager:
+        vectors = manager.builtin.index.vectors
+        assert vectors.wait_idle(60) and vectors.status()["turns_embedded_upto"] == len(texts)
+        assert vectors.similarity_stats("which otters?") == pytest.approx(got)
+
+
+def test_a_dense_model_that_knows_nothing_does_not_push_lexical_matches_out(tmp_path: Path) -> None:
+    chatter = [f"Chatting about item {i}: {w} and {v}" for i, (w, v) in enumerate(
+        [(a, b) for a in ("weather", "traffic", "lunch", "emails", "football", "groceries", "laundry", "music")
+         for b in ("today", "yesterday", "this week", "again", "as usual")])]
+    facts = ["We adopted a guinea pig named Biscuit", "The guinea pig cage needs cleaning",
+             "My neighbour also has a guinea pig"]
+    with MemoryManager(home=tmp_path) as lexical, MemoryManager(home=tmp_path / "h",
+                                                                embeddings=_noise_embedder()) as hybrid:
+        for manager in (lexical, hybrid):
+            session = manager.start_session("a")
+            for i, text in enumerate(chatter):
+                session.sync_turn(text, "ok")
+                if i % 13 == 5:
+                    session.sync_turn(facts[i // 13], "nice")
+        assert hybrid.builtin.index.vectors.wait_idle(60)
+        want = {h.turn_id for h in lexical.builtin.index.search("what is my guinea pig called?", kinds=("turn",))}
+        got = hybrid.builtin.index.search("what is my guinea pig called?", kinds=("turn",), limit=3)
+    assert len(want) == 3
+    assert {h.turn_id for h in got} == want  # random similarities never outrank a turn holding the query's words

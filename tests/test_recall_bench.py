@@ -10,7 +10,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from recall_data import FACTS, generate
+from recall_data import FACTS, FACTS_B, generate
 
 
 def test_dataset_is_deterministic_and_annotated() -> None:
@@ -42,3 +42,21 @@ def test_evaluation_runs_and_reports_every_method_and_type() -> None:
         assert row["recall@3"] <= row["recall@5"] <= row["recall@10"] or method == "prefetch"
     # the lexical methods find the keyword questions' evidence most of the time
     assert report["results"]["session_search"]["all"]["recall@10"] > 0.3
+    # the recall budget is one setting: k items hold at most k items and k * ITEM_TOKENS tokens
+    checks = report["recall_budget_check"]["prefetch"]
+    assert set(checks) == {str(k) for k in KS}
+    assert all(c["held"] and 0 < c["most_items"] <= int(k) for k, c in checks.items())
+
+
+def test_the_held_out_family_shares_no_template_with_the_reported_one() -> None:
+    a, b = generate(conversations=1, family="a")[0], generate(conversations=1, family="b")[0]
+    assert len(b.questions) == len(FACTS_B)
+    assert {q.qtype for q in b.questions} == {q.qtype for q in a.questions}
+    a_questions = {q.text for conv in generate(conversations=4, family="a") for q in conv.questions}
+    assert not a_questions & {q.text for q in b.questions}
+    a_users = {t.user for t in a.turns}
+    assert not a_users & {t.user for t in b.turns}
+    for q in b.questions:
+        assert q.evidence and all(0 <= e < len(b.turns) for e in q.evidence)
+    with pytest.raises(ValueError, match="unknown template family"):
+        generate(family="c")

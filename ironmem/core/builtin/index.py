@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import math
 import sqlite3
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,17 @@ __all__ = [
 CANDIDATE_CACHE_IDS = 200_000
 #: Hybrid fusion: a convex combination of normalized scores (Bruch et al. 2023, "An Analysis of Fusion
 #: Functions for Hybrid Retrieval": it beats reciprocal rank fusion when one retriever is often weak).
-#: BM25 is divided by the query's IDF mass (so a turn missing the query's words scores low even when it tops
-#: the lexical list); cosine similarity by the best similarity of the query. How deep each list is read:
+#: BM25 is divided by the query's IDF mass (the share of the query's words a turn holds: a turn missing them
+#: scores low even when it tops the lexical list). A turn's cosine similarity is judged against the query's
+#: similarity to EVERY turn (mean and deviation from the vectors' moments, ``TurnMoments``): its z-score, in
+#: units of ``DENSE_SCALE`` times the highest z-score that the best of N unrelated turns reaches by chance
+#: (``sqrt(2 ln N)``). A turn standing out that much counts like a turn holding every query word; the nearest
+#: of many look-alikes (a question whose answer the model does not see) counts little, so a weak dense model
+#: cannot push lexical hits out. Without the moments (fewer than two turns) the similarity is divided by the
+#: query's best one. How deep each list is read:
 LEXICAL_WEIGHT = 0.5
+#: Chosen on the development draw (``recall_quality.py --seed 7``), among 1 and 2; see docs/recall.md.
+DENSE_SCALE = 2.0
 FUSION_DEPTH = 50
 #: The format of the FTS5 tables; an index in another format is rebuilt when opened.
 INDEX_FORMAT = "2"
@@ -116,7 +125,8 @@ class SearchHit:
         return time.strftime("%Y-%m-%d", time.gmtime(self.ts))
 
     def to_dict(self) -> dict[str, object]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # fields() and getattr, not asdict(): asdict deep-copies every value
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
 
 _SCHEMA = """
@@ -423,7 +433,8 @@ class SearchIndex:
         """How search ranks now: ``{"mode": "hybrid" | "lexical", ...}`` with the reason when lexical."""
         if self.vectors is None:
             return {"mode": "lexical", "ranking": "bm25", "reason": self.vectors_reason}
-        info = {"mode": "hybrid", "ranking": "bm25 + dense, convex combination of normalized scores"}
+        info = {"mode": "hybrid", "ranking": "bm25 + dense, convex combination of normalized scores (dense: z-score "
+                "against every turn)"}
         info.update(self.vectors.status(self.turn_count()))
         return info
 
@@ -467,7 +478,9 @@ class SearchIndex:
         self, query: str, terms: list[Term], entry_hits: list[SearchHit], limit: int, kinds: tuple[str, ...],
         *, user_id: str | None, exclude_session: str | None,
     ) -> list[SearchHit]:
-        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * cos / max_cos``.
+        """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
+        ``dense = max(0, z) / (DENSE_SCALE * sqrt(2 ln N))`` for turns (``z``: the similarity's z-score over all N
+        turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
 
         Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
         embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
@@ -477,10 +490,11 @@ class SearchIndex:
         try:
             blob = self.vectors.embed_query(query)
             dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
+            stats = self.vectors.similarity_stats(blob) if dense_turns else None
             dense_entries = (self.vectors.search_entries(blob, depth) if any(k != "turn" for k in kinds) else [])
         except Exception as exc:
             log.warning("dense search failed, using lexical ranking only: %s", exc)
-            dense_turns, dense_entries = [], []
+            dense_turns, dense_entries, stats = [], [], None
         fused: dict[tuple[str, object], float] = {}
         found: dict[tuple[str, object], SearchHit] = {}
 
@@ -503,7 +517,12 @@ class SearchIndex:
             rows = self.load([rowid for rowid, _ in dense_turns], user_id=user_id, exclude_session=exclude_session,
                              head=None)
             dense = [hit_of(row, sims[row[0]]) for row in rows[:depth]]
-            if dense:
+            if dense and stats is not None and stats[1] > 1e-9:
+                mean, std, n = stats
+                unit = DENSE_SCALE * math.sqrt(2.0 * math.log(n)) * std
+                dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - mean), 6)) for h in dense]
+                add(dense, 1.0 - LEXICAL_WEIGHT, unit)
+            elif dense:
                 add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
         order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)[:limit]
         return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import IronMemError
 
-__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "VectorIndex", "embeddings_missing"]
+__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "TurnMoments", "VectorIndex", "embeddings_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,70 @@ def _driver() -> ModuleType:
     )
 
 
+def _unpack(blob: bytes, dims: int) -> Any:
+    import numpy as np
+
+    return np.frombuffer(blob, dtype=np.float32, count=dims)
+
+
+class TurnMoments:
+    """The first two moments of the unit-length turn vectors: ``n``, ``s1 = sum v`` and ``s2 = sum v v^T``.
+
+    The cosine similarity of a query ``q`` (unit length) with turn ``v`` is ``q . v``, so over all turns its mean
+    is ``q . s1 / n`` and its mean square ``q^T s2 q / n``: the distribution of a query's similarities over the
+    whole history costs one ``dims x dims`` product, whatever the number of turns (hybrid fusion uses it to tell
+    a turn that stands out from the rest from one that is merely the nearest of many alike).
+    """
+
+    def __init__(self, dims: int) -> None:
+        import numpy as np
+
+        self.dims = dims
+        self.n = 0
+        self.s1 = np.zeros(dims, dtype=np.float64)
+        self.s2 = np.zeros((dims, dims), dtype=np.float64)
+
+    @classmethod
+    def from_blobs(cls, dims: int, n: int, s1: bytes, s2: bytes) -> TurnMoments:
+        import numpy as np
+
+        out = cls(dims)
+        out.n = int(n)
+        out.s1 = np.frombuffer(s1, dtype=np.float64).copy()
+        out.s2 = np.frombuffer(s2, dtype=np.float64).reshape(dims, dims).copy()
+        return out
+
+    def blobs(self) -> tuple[int, bytes, bytes]:
+        return self.n, self.s1.tobytes(), self.s2.tobytes()
+
+    def copy(self) -> TurnMoments:
+        out = TurnMoments.__new__(TurnMoments)
+        out.dims, out.n, out.s1, out.s2 = self.dims, self.n, self.s1.copy(), self.s2.copy()
+        return out
+
+    def add(self, vectors: Any, sign: float = 1.0) -> None:
+        import numpy as np
+
+        m = np.asarray(vectors, dtype=np.float64).reshape(-1, self.dims)
+        if not len(m):
+            return
+        m = m / np.clip(np.linalg.norm(m, axis=1, keepdims=True), 1e-12, None)
+        self.n += int(sign) * len(m)
+        self.s1 += sign * m.sum(axis=0)
+        self.s2 += sign * (m.T @ m)
+
+    def stats(self, query: Any) -> tuple[float, float, int] | None:
+        import numpy as np
+
+        if self.n < 2:
+            return None
+        q = np.asarray(query, dtype=np.float64)
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        mean = float(q @ self.s1) / self.n
+        var = float(q @ self.s2 @ q) / self.n - mean * mean
+        return mean, max(var, 0.0) ** 0.5, self.n
+
+
 #: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, text), ...]`` in id order.
 TurnSource = Callable[[int, int], list[tuple[int, str]]]
 #: ``entries()`` -> every memory entry as ``[(target, text), ...]``.
@@ -221,7 +285,7 @@ class VectorIndex:
             if model is not None and model != self.model_id:
                 log.warning("vectors in %s come from %s, not %s: re-embedding everything", self.path, model,
                             self.model_id)
-                for table in ("vec_turns", "vec_entries", "entry_texts"):
+                for table in ("vec_turns", "vec_entries", "entry_texts", "turn_moments"):
                     self._conn.execute(f"DROP TABLE IF EXISTS {table}")
                 self._conn.execute("DELETE FROM meta")
                 dims = None
@@ -231,10 +295,32 @@ class VectorIndex:
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_entries USING vec0(embedding float[{size}] distance_metric=cosine);"
                 "CREATE TABLE IF NOT EXISTS entry_texts (id INTEGER PRIMARY KEY, target TEXT NOT NULL, "
                 "text TEXT NOT NULL, digest TEXT NOT NULL UNIQUE);"
+                "CREATE TABLE IF NOT EXISTS turn_moments (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                "n INTEGER NOT NULL, s1 BLOB NOT NULL, s2 BLOB NOT NULL);"
             )
             self._set_meta("model", self.model_id)
             self._set_meta("dims", str(size))
+            self._moments = self._load_moments(size)
             return size
+
+    def _load_moments(self, dims: int) -> TurnMoments:
+        """The turn vectors' moments from disk; computed from the stored vectors once when a ``vectors.db``
+        made before they were kept has none."""
+        row = self._conn.execute("SELECT n, s1, s2 FROM turn_moments WHERE id = 1").fetchone()
+        if row is not None:
+            return TurnMoments.from_blobs(dims, *row)
+        moments = TurnMoments(dims)
+        for (blob,) in self._conn.execute("SELECT embedding FROM vec_turns"):
+            moments.add([_unpack(blob, dims)])
+        if moments.n:
+            self._save_moments(moments)
+        return moments
+
+    def _save_moments(self, moments: TurnMoments) -> None:
+        self._conn.execute(
+            "INSERT INTO turn_moments(id, n, s1, s2) VALUES (1, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "n = excluded.n, s1 = excluded.s1, s2 = excluded.s2", moments.blobs(),
+        )
 
     # -- worker -------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -278,17 +364,24 @@ class VectorIndex:
             return False
         vectors = self.embedder.embed_documents([text for _, text in batch])
         with self._lock:
+            moments = self._moments.copy()
             self._conn.execute("BEGIN")
             try:
                 for (rowid, _), vector in zip(batch, vectors):
-                    self._conn.execute("DELETE FROM vec_turns WHERE rowid = ?", (rowid,))
+                    old = self._conn.execute("SELECT embedding FROM vec_turns WHERE rowid = ?", (rowid,)).fetchone()
+                    if old is not None:  # embedded again (a model change is handled by _open_tables)
+                        moments.add([_unpack(old[0], self.dims)], sign=-1.0)
+                        self._conn.execute("DELETE FROM vec_turns WHERE rowid = ?", (rowid,))
                     self._conn.execute("INSERT INTO vec_turns(rowid, embedding) VALUES (?, ?)",
                                        (rowid, self._sqlite_vec.serialize_float32(vector)))
+                moments.add(vectors)
+                self._save_moments(moments)
                 self._set_meta("turns_upto", str(batch[-1][0]))
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+            self._moments = moments
         return True
 
     def _embed_entries(self) -> None:
@@ -329,6 +422,13 @@ class VectorIndex:
                 (blob, k),
             ).fetchall()
         return [(int(r), 1.0 - float(d)) for r, d in rows]
+
+    def similarity_stats(self, query: str | bytes) -> tuple[float, float, int] | None:
+        """``(mean, standard deviation, count)`` of the cosine similarity between ``query`` and EVERY stored
+        turn, exact, from the turn vectors' first two moments (no scan); None with fewer than two turns."""
+        blob = self.embed_query(query) if isinstance(query, str) else query
+        with self._lock:
+            return self._moments.stats(_unpack(blob, self.dims))
 
     def search_entries(self, query: str | bytes, k: int) -> list[tuple[str, str, float]]:
         """The ``k`` memory entries nearest to ``query`` as ``(target, text, cosine similarity)``."""
