@@ -128,7 +128,7 @@ def _content(
         blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
-        inner = decoded_payloads(v) + more_decodings(v)
+        inner = decoded_payloads(v, limit=50) + more_decodings(v)
         words = set(_WORD_RE.findall(view[:20_000])) if depth == 0 else set()
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
