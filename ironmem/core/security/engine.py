@@ -675,13 +675,16 @@ def _intersect(xs: list[tuple[int, int]], ys: list[list[int]]) -> list[tuple[int
     return out
 
 
-def match_rules(text: str, rules: tuple[Rule, ...] | None = None, context: str = "write") -> list[RuleMatch]:
-    """Every rule that matches ``text`` (already normalized and casefolded), first match per rule."""
+def match_rules(
+    text: str, rules: tuple[Rule, ...] | None = None, context: str = "write", skip: frozenset[str] = frozenset()
+) -> list[RuleMatch]:
+    """Every rule that matches ``text`` (already normalized and casefolded), first match per rule; the rules
+    whose id is in ``skip`` (matched in another view already) are not tried."""
     rules = load_rules() if rules is None else rules
     tx = _Text(text)
     out: list[RuleMatch] = []
     for rule in rules:
-        if context not in rule.contexts:
+        if context not in rule.contexts or rule.id in skip:
             continue
         span: tuple[int, int] | None = None
         for pat in rule.patterns:

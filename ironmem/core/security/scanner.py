@@ -91,11 +91,9 @@ def _content(
     view = v.skel
     matches = match_rules(view, context=context)
     if view != v.norm:
-        seen = {m.rule.id for m in matches}
-        matches += [m for m in match_rules(v.norm, context=context) if m.rule.id not in seen]
+        matches += match_rules(v.norm, context=context, skip=frozenset(m.rule.id for m in matches))
     if depth == 0 and len(view) < 200_000 and _leet_hints(view) >= 3:
-        seen = {m.rule.id for m in matches}
-        matches += [m for m in match_rules(view.translate(_LEET_TABLE), context=context) if m.rule.id not in seen]
+        matches += match_rules(view.translate(_LEET_TABLE), context=context, skip=frozenset(m.rule.id for m in matches))
     score = model.score(view) if model is not None else 0.0
     strong: list[Finding] = []
     weak: list[Finding] = []
