@@ -57,17 +57,25 @@ def _printable_text(b: bytes) -> str | None:
     return s
 
 
-def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
-    """(kind, decoded text, span) for every base64 / base32 / hex run that decodes to readable text."""
+def _at(text: str, tok: str) -> int:
+    """Where a token of ``text`` starts (its first occurrence): looked up only for a token that decodes, so
+    the search does not run once per long token of a long text."""
+    return max(0, text.find(tok))
+
+
+def decoded_payloads(v: Views, limit: int | None = None) -> list[tuple[str, str, tuple[int, int]]]:
+    """(kind, decoded text, span) for every base64 / base32 / hex run that decodes to readable text (the
+    first ``limit`` of them when given: the caller reads no more)."""
     out: list[tuple[str, str, tuple[int, int]]] = []
     long_tokens = [t for t in v.dec.split() if len(t) >= 16]
     ascii_dec = v.dec if v.dec.isascii() else v.dec.encode("ascii", "replace").decode("ascii")
     if "hh hh hh hh hh hh hh hh" in ascii_dec.translate(_HEX_SHAPE):
         long_tokens += [re.sub(r"\s", "", m) for m in _SPACED_HEX_RE.findall(v.dec)]
     for tok_src in long_tokens:
+        if limit is not None and len(out) >= limit:
+            return out[:limit]
         if "://" in tok_src or tok_src.startswith(("http", "www.")):
             continue
-        at = max(0, v.dec.find(tok_src))
         for m in _B64_RE.finditer(tok_src):
             tok = m.group(0)
             if tok.isalpha() and (tok.islower() or tok.isupper()):
@@ -83,7 +91,7 @@ def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
             except (binascii.Error, ValueError):
                 s = None
             if s:
-                out.append(("base64", s, (at + m.start(), at + m.end())))
+                out.append(("base64", s, (_at(v.dec, tok_src) + m.start(), _at(v.dec, tok_src) + m.end())))
         for m in _B32_RE.finditer(tok_src):
             tok = m.group(0).rstrip("=")
             try:
@@ -91,7 +99,7 @@ def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
             except (binascii.Error, ValueError):
                 s = None
             if s:
-                out.append(("base32", s, (at + m.start(), at + m.end())))
+                out.append(("base32", s, (_at(v.dec, tok_src) + m.start(), _at(v.dec, tok_src) + m.end())))
         for m in _HEX_RE.finditer(tok_src):
             hexs = m.group(0).replace("\\x", "")
             if len(hexs) % 2:
@@ -101,8 +109,8 @@ def decoded_payloads(v: Views) -> list[tuple[str, str, tuple[int, int]]]:
             except ValueError:
                 s = None
             if s:
-                out.append(("hex", s, (at + m.start(), at + m.end())))
-    return out
+                out.append(("hex", s, (_at(v.dec, tok_src) + m.start(), _at(v.dec, tok_src) + m.end())))
+    return out if limit is None else out[:limit]
 
 
 

@@ -183,7 +183,14 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     _CONCEPTS.update(concepts)
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
+    _PREFILTERS.clear()
+    for rule in rules:
+        for pat in rule.patterns:
+            if isinstance(pat, re.Pattern) and (pre := _prefilter(pat)) is not None:
+                _PREFILTERS[pat] = pre
+                literals.update(lit for lits in pre.sets for lit in lits)
     _AUTOMATON[0] = _automaton(literals)
+    _LIT_MAX[0] = max((len(lit) for lit in literals), default=1)
     _CONCEPT_LITS.clear()
     for name, phs in concepts.items():
         by_lit: dict[str, list[_Phrase]] = {}
@@ -205,8 +212,165 @@ def _automaton(literals: set[str]) -> Any:
     return auto
 
 
+# ------------------------------------------------------------------ regex prefilter (required literals)
+# A regex rule is searched only around its anchors (``requires``), in merged windows. On a long ordinary
+# text those windows cover most of it (anchors are common words), so each regex is also read for the
+# literals that every match must contain ("required factors"): a window without one of them holds no
+# match, and when the pattern's match width is bounded, only the starts that can reach one of them are
+# tried. The search itself is unchanged, so the first match (and its span) is the one the plain search
+# finds.
+
+_FACTORS_MAX = 64  # strings one factor set may hold
+_LIT_MIN = 3  # shorter literals are too common to filter anything (except punctuation like ``//``)
+
+
+@dataclass(frozen=True)
+class _Prefilter:
+    sets: tuple[tuple[str, ...], ...]  # every match contains one string of each set
+    width: int | None  # the longest match plus what lookarounds may read past it; None when unbounded
+
+
+def _factors(items: Any) -> tuple[frozenset[str] | None, list[frozenset[str]]]:
+    """(every string the sub-pattern can match, if few; sets of which each match contains one string)."""
+    from re import _constants as C  # type: ignore[attr-defined]
+
+    exact: frozenset[str] | None = frozenset([""])
+    cur: frozenset[str] | None = exact
+    need: list[frozenset[str]] = []
+
+    def flush() -> None:
+        nonlocal cur
+        if cur and "" not in cur:
+            need.append(cur)
+        cur = frozenset([""])
+
+    for op, av in items:
+        ex: frozenset[str] | None
+        sub_need: list[frozenset[str]] = []
+        if op is C.LITERAL:
+            ex = frozenset([chr(av)])
+        elif op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+            ex = frozenset([""])  # reads, consumes nothing
+        elif op is C.IN:
+            chars = [chr(a) for o, a in av if o is C.LITERAL]
+            ex = frozenset(chars) if len(chars) == len(av) and len(chars) <= 8 else None
+        elif op is C.SUBPATTERN:
+            _group, add_flags, _del, p = av
+            if add_flags & C.SRE_FLAG_IGNORECASE:
+                ex = None
+            else:
+                ex, sub_need = _factors(p)
+        elif op is C.ATOMIC_GROUP:
+            ex, sub_need = _factors(av)
+        elif op is C.BRANCH:
+            alts = [_factors(a) for a in av[1]]
+            if all(e is not None for e, _ in alts):
+                union = frozenset[str]().union(*(e for e, _ in alts if e is not None))
+                ex = union if len(union) <= _FACTORS_MAX else None
+                if ex is None and "" not in union:
+                    sub_need = [union]
+            else:
+                ex = None
+                picks: list[frozenset[str]] = []
+                for e, ns in alts:
+                    cands = ([e] if e is not None and "" not in e else []) + ns
+                    if not cands:
+                        picks = []
+                        break
+                    picks.append(max(cands, key=_set_score))
+                if picks:
+                    sub_need = [frozenset().union(*picks)]
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+            lo, hi, p = av
+            e, ns = _factors(p)
+            if lo == hi == 1:
+                ex, sub_need = e, ns
+            elif lo == 0 and hi == 1 and e is not None:
+                ex = e | {""}
+            else:
+                ex = None
+                if lo >= 1:
+                    sub_need = ([e] if e is not None and "" not in e else []) + ns
+        else:
+            ex = None
+        need.extend(sub_need)
+        if ex is None:
+            flush()
+            exact = None
+            continue
+        assert cur is not None
+        prod = frozenset(a + b for a in cur for b in ex)
+        if len(prod) > _FACTORS_MAX:
+            flush()
+            exact = None
+            prod = ex
+        cur = prod
+    if exact is not None:
+        return cur, need
+    flush()
+    return None, need
+
+
+def _set_score(s: frozenset[str]) -> tuple[int, int]:
+    """Rarer first: the shortest string of the set (longer is rarer), then fewer strings."""
+    return (min(len(x) for x in s), -len(s))
+
+
+def _lookahead_width(items: Any) -> int | None:
+    """How far past a position the lookaheads of the pattern may read (None: unbounded)."""
+    from re import _constants as C  # type: ignore[attr-defined]
+
+    most = 0
+    for op, av in items:
+        if op in (C.ASSERT, C.ASSERT_NOT) and av[0] == 1:
+            hi = av[1].getwidth()[1]
+            if hi >= C.MAXREPEAT:
+                return None
+            most = max(most, hi)
+        subs: list[Any] = []
+        if op in (C.SUBPATTERN,):
+            subs = [av[3]]
+        elif op in (C.ASSERT, C.ASSERT_NOT, C.ATOMIC_GROUP):
+            subs = [av[1] if op is not C.ATOMIC_GROUP else av]
+        elif op is C.BRANCH:
+            subs = list(av[1])
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+            subs = [av[2]]
+        elif op in (C.GROUPREF, C.GROUPREF_EXISTS):
+            return None
+        for s in subs:
+            w = _lookahead_width(s)
+            if w is None:
+                return None
+            most = max(most, w)
+    return most
+
+
+def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
+    from re import _constants as C  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    if rx.flags & re.IGNORECASE:
+        return None
+    parsed = _parser.parse(rx.pattern, rx.flags)  # compiled already: it parses
+    exact, need = _factors(list(parsed))
+    hi = parsed.getwidth()[1]
+    ahead = _lookahead_width(list(parsed))
+    if exact is not None and "" not in exact:
+        need = [exact, *need]
+    useful = [s for s in need if all(len(x) >= _LIT_MIN or (len(x) == 2 and not x.isalnum() and not x.isspace()) for x in s)]
+    if not useful:
+        return None
+    useful.sort(key=_set_score, reverse=True)
+    sets = tuple(tuple(sorted(s)) for s in useful[:3])
+    width = None if hi >= C.MAXREPEAT or ahead is None else hi + ahead + 4
+    return _Prefilter(sets, width)
+
+
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
 _AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
+_LIT_MAX = [1]  # the length of its longest literal
+_PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
 _CONCEPT_LITS: dict[str, dict[str, tuple[_Phrase, ...]]] = {}  # concept -> literal -> its phrases
 
 
@@ -219,7 +383,7 @@ def load_rules() -> tuple[Rule, ...]:
 
 
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
-_PASS_MAX = 20_000  # occurrences of all literals that the one pass collects before it hands over to str.find
+_CHUNK = 65_536  # characters per step of the one pass (literals at their cap leave the automaton in between)
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
 # A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
 # a version number does not end it), at a newline, or at a CJK full stop.
@@ -237,7 +401,6 @@ class _Text:
         self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
-        self._many = False  # too many occurrences for the one pass: search per literal
         self._con: dict[str, list[tuple[int, int]]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
@@ -265,23 +428,39 @@ class _Text:
 
     def _occurrences(self) -> dict[str, list[int]] | None:
         """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
-        ``_MAX_HITS`` per literal; None when the text holds more than ``_PASS_MAX`` occurrences in all (a
-        long text or one phrase repeated): then the per-literal search (same result) is the cheaper one."""
-        if self._found is None and not self._many:
+        ``_MAX_HITS`` per literal (what the per-literal ``str.find`` search finds).
+
+        The pass runs over chunks of ``_CHUNK`` characters; after a chunk, the literals that reached their
+        cap leave the automaton (rebuilt without them, a few milliseconds), so a text made of one phrase
+        repeated costs one pass, not one Python step per occurrence."""
+        if self._found is None:
             found: dict[str, list[int]] = {}
             auto = _AUTOMATON[0]
-            if auto is not None and self.text:
-                total = 0
-                for end, lit in auto.iter(self.text):
-                    total += 1
-                    if total > _PASS_MAX:
-                        self._many = True
-                        return None
+            t = self.text
+            n = len(t)
+            if auto is None or not n:
+                self._found = found
+                return found
+            pos = 0
+            done: set[str] = set()  # literals at their cap, no longer searched
+            while pos < n:
+                stop = min(n, pos + _CHUNK)
+                for end, lit in auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop):
+                    if end < pos:
+                        continue  # found in the previous chunk already
                     got = found.get(lit)
                     if got is None:
                         found[lit] = [end - len(lit) + 1]
                     elif len(got) < _MAX_HITS:
                         got.append(end - len(lit) + 1)
+                pos = stop
+                if pos < n:
+                    full = {lit for lit, got in found.items() if len(got) >= _MAX_HITS} - done
+                    if full:
+                        done |= full
+                        auto = _automaton(set(auto.keys()) - done)
+                        if auto is None:
+                            break
             self._found = found
         return self._found
 
@@ -413,20 +592,99 @@ def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> t
             windows[-1][1] = max(windows[-1][1], hi)
         else:
             windows.append([lo, hi])
+    pre = _PREFILTERS.get(rx) if _AUTOMATON[0] is not None else None  # (without: the reference path)
     for lo, hi in windows:
-        m = rx.search(t, lo, hi)
-        if m:
+        if pre is None:
+            m = rx.search(t, lo, hi)
+            if m:
+                return m.span()
+            continue
+        got = _search_filtered(tx, rx, pre, lo, hi)
+        if got:
+            return got
+    return None
+
+
+def _search_filtered(tx: _Text, rx: re.Pattern[str], pre: _Prefilter, lo: int, hi: int) -> tuple[int, int] | None:
+    """``rx.search(text, lo, hi).span()``, trying only the starts from which a match can contain one string of
+    each of the prefilter's sets (found in the one pass; a set whose string hit its cap filters nothing).
+
+    With a bounded match width ``w`` (lookarounds included), a match that contains an occurrence at ``q``
+    starts in ``[q + len - w, q]``; a search from ``a`` with its end cut at ``c + w`` tries each start below
+    ``c`` exactly as the search over the whole window does (it reads nothing past ``c + w``), so a match it
+    returns before ``c`` is the window's first match, and none before ``c`` means there is none there."""
+    found = tx._occurrences() or {}
+    w = pre.width
+    starts: list[tuple[int, int]] | None = None
+    for lits in pre.sets:
+        ivs: list[tuple[int, int]] = []
+        usable = True
+        for lit in lits:
+            occ = found.get(lit)
+            if not occ:
+                continue
+            if len(occ) >= _MAX_HITS:
+                usable = False  # capped: the list is not every occurrence
+                break
+            k = len(lit)
+            i, j = bisect_left(occ, lo), bisect_right(occ, hi - k)
+            if w is None:
+                if j > i:
+                    ivs.append((lo, hi))
+                    break
+                continue
+            ivs.extend((max(lo, q + k - w), q + 1) for q in occ[i:j])
+        if not usable:
+            continue
+        if not ivs:
+            return None  # no string of this set in the window: no match there
+        if w is None:
+            continue
+        ivs.sort()
+        merged = [list(ivs[0])]
+        for a, c in ivs[1:]:
+            if a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], c)
+            else:
+                merged.append([a, c])
+        starts = [(a, c) for a, c in merged] if starts is None else _intersect(starts, merged)
+        if not starts:
+            return None
+    if starts is None or w is None:
+        m = rx.search(tx.text, lo, hi)
+        return m.span() if m else None
+    for a, c in starts:
+        m = rx.search(tx.text, a, min(hi, c + w))
+        if m and m.start() < c:
             return m.span()
     return None
 
 
-def match_rules(text: str, rules: tuple[Rule, ...] | None = None, context: str = "write") -> list[RuleMatch]:
-    """Every rule that matches ``text`` (already normalized and casefolded), first match per rule."""
+def _intersect(xs: list[tuple[int, int]], ys: list[list[int]]) -> list[tuple[int, int]]:
+    """Intersection of two sorted lists of disjoint half-open intervals."""
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(xs) and j < len(ys):
+        a, c = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < c:
+            out.append((a, c))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def match_rules(
+    text: str, rules: tuple[Rule, ...] | None = None, context: str = "write", skip: frozenset[str] = frozenset()
+) -> list[RuleMatch]:
+    """Every rule that matches ``text`` (already normalized and casefolded), first match per rule; the rules
+    whose id is in ``skip`` (matched in another view already) are not tried."""
     rules = load_rules() if rules is None else rules
     tx = _Text(text)
     out: list[RuleMatch] = []
     for rule in rules:
-        if context not in rule.contexts:
+        if context not in rule.contexts or rule.id in skip:
             continue
         span: tuple[int, int] | None = None
         for pat in rule.patterns:

@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -34,7 +33,7 @@ import numpy as np
 
 __all__ = ["DIM", "LinearModel", "featurize", "featurize_windows", "load_model", "prepare"]
 
-DIM = 1 << 18
+DIM = 1 << 18  # (``_window_features`` splits its keys with this shift)
 CHAR_NS = (2, 3, 4, 5)
 WINDOW = 3000
 STRIDE = 1500
@@ -43,12 +42,12 @@ _P_INV = np.uint64(pow(1_000_003, -1, 1 << 64))
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _SALT_WORD = np.uint64(0x51_7C_C1_B7_27_22_0A_95)
 _SALT_BIGRAM = np.uint64(0x2545_F491_4F6C_DD1D)
-_WS_RE = re.compile(r"\s+")
 
 
 def prepare(text: str) -> str:
-    """The string the model reads: the scanner's normalized view with whitespace runs collapsed."""
-    return _WS_RE.sub(" ", text).strip()
+    """The string the model reads: the scanner's normalized view with whitespace runs collapsed (``\\s+`` and
+    ``str.split`` agree on what whitespace is)."""
+    return " ".join(text.split())
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,8 +62,10 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mix(h: np.ndarray, salt: np.uint64) -> np.ndarray:
+    """A 64-bit finalizer, in place on ``h`` (a fresh array) and returned."""
     with np.errstate(over="ignore"):
-        h = (h ^ salt) * _MIX
+        h ^= salt
+        h *= _MIX
         h ^= h >> np.uint64(29)
         h *= _MIX
         h ^= h >> np.uint64(32)
@@ -90,38 +91,45 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
     n = len(text)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    cps32 = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    cps = cps32.astype(np.uint64)
     pw, ipw = _powers(n + 1)
     with np.errstate(over="ignore"):
         pref = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum((cps + np.uint64(1)) * pw[:n], out=pref[1:])
+        cps += np.uint64(1)
+        cps *= pw[:n]
+        np.cumsum(cps, out=pref[1:])
     idx_parts: list[np.ndarray] = []
     pos_parts: list[np.ndarray] = []
+    positions = np.arange(n, dtype=np.int64)
     with np.errstate(over="ignore"):
         for k in CHAR_NS:
             if n < k:
                 continue
-            starts = np.arange(n - k + 1, dtype=np.int64)
-            h = (pref[starts + k] - pref[starts]) * ipw[starts]
+            m = n - k + 1  # the n-grams starting at 0 .. n-k: (pref[s + k] - pref[s]) * P**-s
+            h = pref[k:] - pref[:m]
+            h *= ipw[:m]
             idx_parts.append(_mix(h, np.uint64(k)))
-            pos_parts.append(starts)
+            pos_parts.append(positions[:m])
         # words: runs of word characters
-        wm = _word_mask(cps)
+        wm = _word_mask(cps32)
         edges = np.diff(np.concatenate(([0], wm.astype(np.int8), [0])))
         ws = np.flatnonzero(edges == 1)
         we = np.flatnonzero(edges == -1)
         if len(ws):
             wh = (pref[we] - pref[ws]) * ipw[ws]
+            if len(ws) > 1:
+                bh = wh[:-1] * _P + wh[1:]
             idx_parts.append(_mix(wh, _SALT_WORD))
             pos_parts.append(ws.astype(np.int64))
             if len(ws) > 1:
-                bh = wh[:-1] * _P + wh[1:]
                 idx_parts.append(_mix(bh, _SALT_BIGRAM))
                 pos_parts.append(ws[:-1].astype(np.int64))
     if not idx_parts:  # a text of one punctuation mark: no n-gram, no word
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    idx = (np.concatenate(idx_parts) % np.uint64(DIM)).astype(np.int64)
-    return idx, np.concatenate(pos_parts)
+    idx = np.concatenate(idx_parts)
+    idx &= np.uint64(DIM - 1)  # DIM is a power of two: the same as % DIM
+    return idx.astype(np.int64), np.concatenate(pos_parts)
 
 
 def featurize(text: str) -> np.ndarray:
@@ -154,8 +162,11 @@ def _window_features(text: str) -> tuple[np.ndarray, np.ndarray]:
             w = w_last - back
             ok = (w >= 0) & (pos < w * stride + WINDOW)
             keys.append(w[ok] * DIM + idx[ok])
-    uniq = _sorted_unique(np.concatenate(keys))
-    return uniq // DIM, uniq % DIM
+    all_keys = np.concatenate(keys)
+    if all_keys.size and int(all_keys.max()) < 1 << 32:
+        all_keys = all_keys.astype(np.uint32)  # the same keys, sorted twice as fast
+    uniq = _sorted_unique(all_keys).astype(np.int64)
+    return uniq >> 18, uniq & (DIM - 1)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:

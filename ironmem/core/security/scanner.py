@@ -91,11 +91,9 @@ def _content(
     view = v.skel
     matches = match_rules(view, context=context)
     if view != v.norm:
-        seen = {m.rule.id for m in matches}
-        matches += [m for m in match_rules(v.norm, context=context) if m.rule.id not in seen]
+        matches += match_rules(v.norm, context=context, skip=frozenset(m.rule.id for m in matches))
     if depth == 0 and len(view) < 200_000 and _leet_hints(view) >= 3:
-        seen = {m.rule.id for m in matches}
-        matches += [m for m in match_rules(view.translate(_LEET_TABLE), context=context) if m.rule.id not in seen]
+        matches += match_rules(view.translate(_LEET_TABLE), context=context, skip=frozenset(m.rule.id for m in matches))
     score = model.score(view) if model is not None else 0.0
     strong: list[Finding] = []
     weak: list[Finding] = []
@@ -128,7 +126,7 @@ def _content(
         blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
-        inner = decoded_payloads(v) + more_decodings(v)
+        inner = decoded_payloads(v, limit=50) + more_decodings(v)
         words = set(_WORD_RE.findall(view[:20_000])) if depth == 0 else set()
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
