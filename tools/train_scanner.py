@@ -6,11 +6,14 @@ a dev dependency); the runtime reads the weights with numpy only.
     python tools/train_scanner.py              # train on the whole corpus, write model.npz
     python tools/train_scanner.py --check      # retrain and verify model.npz is what this script makes
 
-Thresholds are chosen on OUT-OF-FOLD scores (grouped by source, so a threshold is never set on rows the
-model was fitted on):
+Thresholds are chosen by NESTED selection on out-of-fold scores grouped by source (an inner
+leave-one-source-out over the training rows, so a threshold is never set on rows the model was fitted on, and
+in the leave-one-source-out evaluation never on the source being scored):
 
-* ``threshold``: the model blocks on its own; at most ``--fp-alone`` of benign rows score above it.
-* ``support_threshold``: a weak rule plus the model blocks; at most ``--fp-support`` of benign rows.
+* the pair (``threshold``: the model blocks on its own; ``support_threshold``: a weak rule plus the model
+  blocks) is the one with the highest detection of the WHOLE scanner (detectors, rules and model, combined the
+  way ``scan`` combines them; see ``scanner.rule_signals``) on the inner held-out sources, among the pairs whose
+  false-positive rate there is at most ``FP_TARGET`` (the issue's 1%); ties go to the stricter pair.
 * ``recall_threshold``: recall time (ordinary conversation), stricter of ``threshold`` and 0.9.
 """
 
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare
 from ironmem.core.security.normalize import normalize
+from ironmem.core.security.scanner import rule_signals
 
 CORPUS = ROOT / "tests" / "data" / "security" / "corpus.jsonl"
 OUT = ROOT / "ironmem" / "core" / "security" / "model.npz"
@@ -37,6 +41,8 @@ C = 4.0
 # Structural categories are caught by dedicated detectors (hidden characters, fence, encodings); their
 # rows would teach the model character noise, so they are left out of its training set.
 STRUCTURAL = {"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"}
+FP_TARGET = 0.01  # whole-scanner false positives on the inner held-out sources
+GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
 
 
 def source_of(row: dict[str, Any]) -> str:
@@ -53,6 +59,11 @@ def load_corpus(path: Path = CORPUS) -> list[dict[str, Any]]:
 
 def features(rows: list[dict[str, Any]]) -> list[np.ndarray]:
     return [featurize(prepare(normalize(r["text"]).skel)) for r in rows]
+
+
+def signals(rows: list[dict[str, Any]]) -> np.ndarray:
+    """(blocked without the model, a weak signal the model can support) per row, write context."""
+    return np.array([rule_signals(r["text"], "write") for r in rows], dtype=bool).reshape(len(rows), 2)
 
 
 def _matrix(feats: list[np.ndarray]):
@@ -104,14 +115,42 @@ def trainable(rows: list[dict[str, Any]]) -> list[int]:
     return [i for i, r in enumerate(rows) if not (r["label"] == "attack" and r["category"] in STRUCTURAL)]
 
 
+def choose_thresholds(
+    scores: np.ndarray, y: np.ndarray, sig: np.ndarray, fp_target: float = FP_TARGET
+) -> tuple[float, float]:
+    """(threshold, support_threshold): best whole-scanner detection at <= ``fp_target`` false positives.
+
+    ``scores`` are out-of-fold model scores, ``sig`` the rows' rule signals (see :func:`signals`). A row is
+    blocked when the rules block it, or it has a weak signal and its score reaches the support threshold, or
+    its score reaches the threshold. Ties go to the higher (stricter) thresholds.
+    """
+    ben, att = y == 0, y == 1
+    best: tuple[float, float, float] | None = None  # (detection, threshold, support)
+    for t in GRID[::-1]:
+        alone = scores >= t
+        for st in GRID[GRID <= t][::-1]:
+            blocked = sig[:, 0] | (sig[:, 1] & (scores >= st)) | alone
+            fp = blocked[ben].mean() if ben.any() else 0.0
+            if fp > fp_target:
+                continue
+            det = blocked[att].mean() if att.any() else 0.0
+            if best is None or det > best[0] + 1e-12:
+                best = (det, float(t), float(st))
+    if best is None:  # the rules alone exceed the budget: the model adds nothing
+        return float(GRID[-1]), float(GRID[-1])
+    return best[1], best[2]
+
+
 def train(
-    rows: list[dict[str, Any]], feats: list[np.ndarray], fp_alone: float = 0.005, fp_support: float = 0.03
+    rows: list[dict[str, Any]], feats: list[np.ndarray], sig: np.ndarray | None = None
 ) -> tuple[np.ndarray, float, dict[str, Any]]:
-    """Fit on ``rows`` and pick thresholds from out-of-fold scores grouped by source."""
+    """Fit on ``rows`` and pick thresholds by an inner leave-one-source-out (see the module docstring)."""
+    sig = signals(rows) if sig is None else sig
     idx = trainable(rows)
     y = np.array([rows[i]["label"] == "attack" for i in idx], dtype=np.int8)
     groups = [source_of(rows[i]) for i in idx]
     oof = np.zeros(len(idx))
+    scored = np.zeros(len(idx), dtype=bool)
     for g in sorted(set(groups)):
         tr = [k for k, gg in enumerate(groups) if gg != g]
         te = [k for k, gg in enumerate(groups) if gg == g]
@@ -120,20 +159,14 @@ def train(
         w, b = fit([feats[idx[k]] for k in tr], y[tr])
         for k in te:
             oof[k] = _prob(w, b, feats[idx[k]])
-    benign = np.sort(oof[y == 0])
-
-    def quantile_threshold(rate: float) -> float:
-        if benign.size == 0:
-            return 0.5
-        k = int(np.floor(rate * benign.size))
-        return float(min(0.99, max(0.3, benign[::-1][k] + 1e-6)))
-
+            scored[k] = True
+    thr, sup = choose_thresholds(oof[scored], y[scored], sig[idx][scored])
     w, b = fit([feats[i] for i in idx], y)
-    thr = quantile_threshold(fp_alone)
     meta = {
         "threshold": thr,
-        "support_threshold": min(thr, quantile_threshold(fp_support)),
+        "support_threshold": sup,
         "recall_threshold": max(thr, 0.9),
+        "fp_target": FP_TARGET,
         "seed": SEED,
         "C": C,
         "rows": len(idx),
@@ -144,9 +177,9 @@ def train(
     return w, b, meta
 
 
-def build_model(rows: list[dict[str, Any]], feats: list[np.ndarray] | None = None):
+def build_model(rows: list[dict[str, Any]], feats: list[np.ndarray] | None = None, sig: np.ndarray | None = None):
     feats = features(rows) if feats is None else feats
-    w, b, meta = train(rows, feats)
+    w, b, meta = train(rows, feats, sig)
     return model_from_arrays(w, b, meta)
 
 

@@ -30,7 +30,7 @@ from .model import LinearModel, load_model
 from .normalize import normalize
 from .result import Finding, ScanResult
 
-__all__ = ["MAX_SCAN_CHARS", "ScanContext", "scan"]
+__all__ = ["MAX_SCAN_CHARS", "ScanContext", "rule_signals", "scan"]
 
 ScanContext = Literal["write", "recall"]
 
@@ -155,6 +155,26 @@ def _content(
 
 def scan(text: str, context: ScanContext = "write") -> ScanResult:
     return scan_with_model(text, context, load_model())
+
+
+def rule_signals(text: str, context: ScanContext = "write") -> tuple[bool, bool]:
+    """What the scanner decides about ``text`` apart from the model's score, for choosing thresholds.
+
+    Returns ``(blocked, supportable)``: ``blocked`` when the detectors and rules block on their own (no model),
+    ``supportable`` when a model score at the support threshold would also block it (a weak signal is present).
+    The trainer combines these with out-of-fold model scores to pick the thresholds on what the WHOLE scanner
+    does, not on the model alone. Computed with two constant-score models (0.5 everywhere), so the verdict
+    logic is the one ``scan`` runs.
+    """
+    import numpy as np
+
+    from .model import DIM, model_from_arrays
+
+    zeros = np.zeros(DIM, dtype=np.float32)
+    never = model_from_arrays(zeros, 0.0, {"threshold": 2.0, "support_threshold": 2.0, "recall_threshold": 2.0})
+    support = model_from_arrays(zeros, 0.0, {"threshold": 2.0, "support_threshold": 0.5, "recall_threshold": 2.0})
+    blocked = scan_with_model(text, context, never).blocked
+    return blocked, blocked or scan_with_model(text, context, support).blocked
 
 
 def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) -> ScanResult:
