@@ -16,7 +16,7 @@ what the engine really did:
 
 The framework wrappers (a LangChain chat model and a LlamaIndex function-calling LLM on top of this engine) are in
 :mod:`ironmem.testing.local_model`. :func:`run_strategy` is the measurement harness behind
-``benchmarks/real_cache.py`` (and the notebook draft ``notebooks/drafts/07_real_cache.py``): one recorded ironmem session
+``benchmarks/real_cache.py`` (whose committed run ``notebooks/07_real_cache.ipynb`` plots): one recorded ironmem session
 (:func:`ironmem.analysis.replay.record_session`) replayed against the live engine under a memory strategy, the
 model writing every answer, the memory writes scripted (a 135M model does not call tools reliably).
 

@@ -34,7 +34,7 @@ import os
 from ironmem.analysis.cache import LlamaCppPolicy, PrefixCacheSimulator
 from ironmem.analysis.usage import UsageMeter, parse_usage
 from ironmem.core.fence import FENCE_OPEN
-from ironmem.local import LocalModel, record_local_session, run_strategy
+from ironmem.local import LocalModel, model_cache_dir, record_local_session, requantized_model, run_strategy
 
 long_session = pytest.mark.skipif(
     os.environ.get("IRONMEM_REAL_MODEL_LONG") != "1",
@@ -81,6 +81,18 @@ def test_cold_request_evaluates_every_prompt_token_and_a_shared_prefix_is_reused
     # a different system prompt shares (almost) nothing: evaluated again in full
     other = model.chat(_messages(("system", "Answer in French. " * 40), ("user", "Name one ocean.")), max_tokens=4)
     assert other.evaluated >= other.prompt_tokens - 5
+
+
+def test_the_packaged_model_loads_converted_to_f16_with_flash_attention(model: LocalModel) -> None:
+    if os.environ.get("IRONMEM_LOCAL_MODEL") or os.environ.get("IRONMEM_CACHE_DIR"):
+        pytest.skip("another model or cache folder is configured")
+    assert model.source_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and model.flash_attn
+    assert model.model_path.parent == model_cache_dir() and ".as-F16." in model.model_path.name
+    made = model.model_path.stat().st_mtime_ns
+    assert requantized_model(model.source_path) == model.model_path  # the converted copy is re-used...
+    assert model.model_path.stat().st_mtime_ns == made  # ...not written again
+    with pytest.raises(ValueError, match="unknown weight type"):
+        requantized_model(model.source_path, "Q9_9")
 
 
 def test_reset_empties_the_cache(model: LocalModel) -> None:

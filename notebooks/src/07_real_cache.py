@@ -240,9 +240,14 @@ for name, error in errors.items():
 # - vLLM's 16-token blocks round every hit down to a block and keep older prefixes (a block pool), so it predicts
 #   a little more evaluation for the frozen strategies than llama.cpp does.
 #
-# **Rewrite-every-turn.** With the re-rendered memory block first in the system prompt, the first changed token is
-# near the start and the engine evaluates almost the whole prompt that opens every turn. Where the block sits
-# matters: after a long static instruction block, the engine would re-use those instructions
+# **Rewrite-every-turn.** The strategy re-renders the snapshot and the turn's recall into one block first in the
+# system prompt. Right after a memory write the snapshot changes near its start, and the engine evaluates almost
+# the whole prompt again (the turn after a write, above 90%). Between writes the re-rendered snapshot is
+# byte-identical to the last turn's, so llama.cpp re-uses it and re-evaluation starts at the recall - then the
+# static instructions, the tool schemas and the whole history follow, and are evaluated again too: about two
+# thirds of the prompt here, so the issue's ">= 90%" holds only after a write. A memory block that changes near its
+# start every turn (a per-message retrieval placed first, as in mem0's and LangMem's examples) would cost the whole
+# prompt every turn; one placed after the static instructions would spare them
 # (`benchmarks/real_cache.py` measures that variant as `rewrite_every_turn@after_instructions`; it is left out of
 # this run to save time). ironmem's frozen snapshot does not depend on such placement: nothing before the current
 # user message changes.
