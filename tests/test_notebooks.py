@@ -38,6 +38,7 @@ EXPECTED = [
     "04_langchain_dropin",
     "05_llama_index_memory",
     "06_fence_and_scanner",
+    "07_real_cache",
 ]
 
 
