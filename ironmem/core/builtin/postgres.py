@@ -391,10 +391,7 @@ class PostgresStorage(MemoryStorage):
                 )
                 current = self._applied(conn)
                 if current > SCHEMA_VERSION:
-                    raise StorageError(
-                        f"the ironmem tables in schema {s!r} at {self._where} are at version {current}, newer than "
-                        f"this ironmem knows ({SCHEMA_VERSION}); upgrade ironmem on this machine"
-                    )
+                    raise self._newer_schema(current)
                 for version, name, sql in MIGRATIONS:
                     if version <= current:
                         continue
@@ -463,8 +460,11 @@ class PostgresStorage(MemoryStorage):
                 "and a read-only open does not upgrade them: open the memory once for writing (not read-only), "
                 "then inspect it"
             )
-        raise StorageError(
-            f"the ironmem tables in {where} are at version {version}, newer than this ironmem knows "
+        raise self._newer_schema(version)
+
+    def _newer_schema(self, version: int) -> StorageError:
+        return StorageError(
+            f"the ironmem tables in {self.describe()} are at version {version}, newer than this ironmem knows "
             f"({SCHEMA_VERSION}); upgrade ironmem on this machine"
         )
 
