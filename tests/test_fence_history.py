@@ -64,3 +64,41 @@ def test_split_fence_removes_exactly_what_prepend_fence_added() -> None:
     assert split_fence(text) == (fenced, "What did I say?")
     assert split_fence("plain question") == ("", "plain question")
     assert prepend_fence("", "plain") == "plain"
+
+
+def test_replay_sends_a_recalled_item_once_ephemeral_every_time(home) -> None:
+    """Under replay the earlier fence is still in the request, so an item it showed is not sent again; under
+    ephemeral the earlier fence is gone, so the item comes back whole."""
+    with MemoryManager(home=home) as manager:
+        manager.start_session("past").sync_turn("My cat Miso eats salmon kibble.", "Noted, salmon kibble.")
+        texts: dict[str, list[str]] = {}
+        for policy in ("replay", "ephemeral"):
+            session = manager.start_session(f"now-{policy}")
+            history = FenceHistory(policy)
+            texts[policy] = [history.recall_once(session, f"m{i}", q)
+                             for i, q in enumerate(("What does Miso eat?", "Remind me: what does Miso eat?"))]
+        assert "salmon kibble" in texts["replay"][0] and "salmon kibble" in texts["ephemeral"][0]
+        assert texts["ephemeral"][1] == texts["ephemeral"][0]
+        assert texts["replay"][1] == ""  # shown by m0's fence, which every later request replays
+        history = FenceHistory("replay", {"m0": texts["replay"][0], "m1": texts["replay"][1]})
+        assert history.fenced_for("m1", current="m1") == ""
+        assert "salmon kibble" in history.fenced_for("m0", current="m1")
+
+
+def test_a_repeat_keeps_its_budget_slot_and_comes_back_after_compaction(home) -> None:
+    with MemoryManager(home=home, recall_budget=2) as manager:
+        past = manager.start_session("past")
+        for n in range(4):
+            past.sync_turn(f"Deploy window {n}: the staging deploy runs on Thursday {n}.", f"Thursday {n}, noted.")
+        session = manager.start_session("now")
+        first = session.prefetch("When is the staging deploy?")
+        second = session.prefetch("When is the staging deploy again?")
+        assert len(first.items) == 2 and not any(item.repeat for item in first.items)
+        # The same two best items: marked as repeats, still counted against the 2-item budget, and
+        # fresh() leaves nothing to send (no lower-ranked item fills their slots).
+        assert [i.text for i in second.items] == [i.text for i in first.items]
+        assert all(item.repeat for item in second.items) and not second.fresh()
+        # The framework compacts history: the fences that showed them may be gone, so they are fresh again.
+        session.pre_compress([{"role": "user", "content": "When is the staging deploy?"}])
+        third = session.prefetch("When is the staging deploy?")
+        assert third.items and not any(item.repeat for item in third.items)

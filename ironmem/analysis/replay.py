@@ -9,10 +9,12 @@ Two pieces:
    request of that conversation under each strategy and sends it through a :class:`PrefixCacheSimulator`:
 
    - ``frozen_replay`` (ironmem's default): the frozen snapshot in the system prompt; each turn's fenced recall is
-     put before that turn's user message and the exact same bytes are replayed in every later request.
-   - ``frozen_ephemeral``: frozen snapshot; only the current turn's fence is sent, earlier fences are dropped.
-   - ``rewrite_every_turn``: the system prompt is re-rendered every turn with the current memory and the recall
-     (what mem0, Zep and LangMem integrations do); no fences in the messages.
+     put before that turn's user message and the exact same bytes are replayed in every later request, so an
+     item an earlier fence showed is not sent again (:meth:`~ironmem.core.recall.Recall.fresh`).
+   - ``frozen_ephemeral``: frozen snapshot; only the current turn's fence is sent, whole; earlier fences are
+     dropped.
+   - ``rewrite_every_turn``: the system prompt is re-rendered every turn: this message's recall first, then the
+     current memory (what mem0, Zep and LangMem integrations do); no fences in the messages.
    - ``no_memory``: no memory block, no recall, no memory tools.
 
 Prefix order and framing (assumptions, stated because providers do not publish their internal prompt format):
@@ -358,6 +360,9 @@ class TurnRecord:
     assistant: str
     recall_fenced: str  # the fenced recall placed before the user's text ("" if nothing recalled)
     recall_text: str  # the same recall without the fence (what a system-prompt integration would insert)
+    #: The fence a conversation that replays its earlier fences sends: without the items an earlier turn's fence
+    #: already showed (:meth:`~ironmem.core.recall.Recall.fresh`); "" when every item was shown before.
+    fresh_fenced: str
     snapshot_now: str  # the memory block a fresh render would give at the start of this turn
     tool_call: dict[str, Any] | None = None  # {"id", "name", "arguments"}
     tool_result: str = ""
@@ -466,7 +471,7 @@ def record_session(
                 records.append(
                     TurnRecord(
                         at=now, user=user, assistant=assistant, recall_fenced=recall.fenced(),
-                        recall_text=recall.text if recall else "", snapshot_now=snapshot_now, tool_call=call,
+                        recall_text=recall.text if recall else "", fresh_fenced=recall.fresh().fenced(), snapshot_now=snapshot_now, tool_call=call,
                         tool_result=result_text, tool_at=now + tool_latency_s if call else 0.0,
                     )
                 )
@@ -504,16 +509,18 @@ def build_requests(script: SessionScript, strategy: str) -> list[tuple[float, Ch
     out: list[tuple[float, ChatRequest]] = []
     for turn in script.turns:
         if strategy == "rewrite_every_turn":
+            # The search results for this message first, as mem0's and LangMem's examples render them, then the
+            # memory as it is on disk now.
             memory_block = turn.snapshot_now
             if turn.recall_text:
-                memory_block += "\n\n## Relevant memories for this message\n" + turn.recall_text
+                memory_block = f"## Relevant memories for this message\n{turn.recall_text}\n\n{memory_block}"
             system: tuple[str, ...] = (script.base_system, memory_block)
         elif memory:
             system = frozen_system
         else:
             system = (script.base_system,)
-        fenced = strategy in ("frozen_replay", "frozen_ephemeral") and turn.recall_fenced
-        current = {"role": "user", "content": f"{turn.recall_fenced}\n\n{turn.user}" if fenced else turn.user}
+        fenced = {"frozen_replay": turn.fresh_fenced, "frozen_ephemeral": turn.recall_fenced}.get(strategy, "")
+        current = {"role": "user", "content": f"{fenced}\n\n{turn.user}" if fenced else turn.user}
         messages = [*history, current]
         out.append((turn.at, ChatRequest(tools, system, tuple(messages))))
         # what stays in the history for later turns

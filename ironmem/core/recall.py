@@ -21,6 +21,7 @@ __all__ = [
     "FenceHistory",
     "RecallPolicy",
     "prepend_fence",
+    "recall_text",
     "split_fence",
     "RECALL_TURNS",
     "RECALL_ITEM_CHARS",
@@ -86,6 +87,9 @@ class RecallItem:
     source: str  # "live" (written this session), "history" (past turns) or an external provider's name
     text: str
     date: str | None = None  # YYYY-MM-DD of a past turn, shown before it
+    #: True when an earlier prefetch of the same session already fenced this text: a conversation that replays
+    #: its earlier fences (:class:`FenceHistory` ``"replay"``) has it in context and leaves it out (:meth:`Recall.fresh`).
+    repeat: bool = False
 
     @property
     def rendered(self) -> str:
@@ -130,6 +134,20 @@ class Recall:
         """The fenced recall text, or "" when nothing was recalled."""
         return fence(self.text) if self.items else ""
 
+    def fresh(self) -> Recall:
+        """This recall without the items an earlier recall of the session already fenced.
+
+        What a conversation that replays its earlier fences should send: the repeated items are still in its
+        context, each in the fence of the turn that first recalled it, so sending them again would only cost
+        tokens. They keep their places in the budget (the selection is the same either way).
+
+        Example:
+            >>> Recall((RecallItem("history", "a", repeat=True), RecallItem("history", "b"))).fresh().text
+            '## From past conversations\n- b'
+        """
+        kept = tuple(item for item in self.items if not item.repeat)
+        return self if len(kept) == len(self.items) else Recall(kept, query=self.query, dropped=self.dropped)
+
 
 def as_items(result: Any) -> list[str]:
     if result is None:
@@ -160,6 +178,14 @@ def check_policy(policy: str, setting: str = "recall policy") -> RecallPolicy:
     return policy  # type: ignore[return-value]
 
 
+def recall_text(recall: Recall | None, policy: str) -> str:
+    """The unfenced text a conversation keeps for ``recall`` under ``policy``: under ``replay`` only the items no
+    earlier fence of the session showed (:meth:`Recall.fresh`), under ``ephemeral`` all of them."""
+    if not recall:
+        return ""
+    return (recall.fresh() if check_policy(policy) == "replay" else recall).text
+
+
 class FenceHistory:
     """The fenced recall of one conversation, shared by every adapter (the adapters only translate messages).
 
@@ -168,8 +194,9 @@ class FenceHistory:
     kept unfenced and fenced again on demand, which gives the same bytes every time (the fence is
     deterministic), so replayed requests stay byte-identical prefixes of the next ones.
 
-    ``replay`` (default) puts every earlier user message's own fence back before it; ``ephemeral`` keeps and
-    shows only the current message's fence (fewer tokens, shorter cache hits).
+    ``replay`` (default) puts every earlier user message's own fence back before it, so a recalled item already
+    fenced earlier in the conversation is not sent again (:meth:`Recall.fresh`); ``ephemeral`` keeps and shows only
+    the current message's fence, whole (fewer tokens, shorter cache hits).
 
     Example:
         >>> history = FenceHistory("replay")
@@ -203,7 +230,7 @@ class FenceHistory:
             if key in self._recalls:
                 return self._recalls[key]
             recall = session.prefetch(user_text) if user_text.strip() else None
-            text = recall.text if recall else ""
+            text = recall_text(recall, self.policy)
             self.record(key, text)
             return text
 
@@ -213,7 +240,7 @@ class FenceHistory:
             if key in self._recalls:
                 return self._recalls[key]
         recall = await session.aprefetch(user_text) if user_text.strip() else None
-        text = recall.text if recall else ""
+        text = recall_text(recall, self.policy)
         with self._lock:
             if key not in self._recalls:
                 self.record(key, text)

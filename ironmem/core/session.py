@@ -6,6 +6,7 @@ Data flows one way: adapter -> Session -> providers -> storage.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -76,6 +77,11 @@ def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
     return True
 
 
+def _text_key(text: str) -> str:
+    """What makes two recalled texts the same item: their words, case-folded."""
+    return " ".join(text.split()).casefold()
+
+
 def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBudget) -> tuple[list[RecallItem], list[str]]:
     """The items that go in the fence: live entries, then the best candidates, within ``budget``.
 
@@ -89,14 +95,14 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
     for item in live:
         if _dropped_by_scan(item, dropped):
             continue
-        seen.add(" ".join(item.text.split()).casefold())
+        seen.add(_text_key(item.text))
         kept.append(item)
         tokens_left -= estimate_tokens(item.rendered)
     slots = budget.items - len(kept)
     for item in candidates:
         if slots <= 0 or tokens_left < RecallBudget.MIN_ITEM_TOKENS:
             break
-        key = " ".join(item.text.split()).casefold()
+        key = _text_key(item.text)
         if key in seen:  # the same text from two sources (e.g. a past turn both layers stored) shows once
             continue
         seen.add(key)
@@ -166,6 +172,8 @@ class Session:
         # Entries already shown (in the snapshot or in an earlier recall), per target.
         self._surfaced: dict[str, set[str]] = {t: set(e) for t, e in self._snapshot.entries.items()}
         self._removed_shown: dict[str, set[str]] = {t: set() for t in self._snapshot.entries}
+        # Texts of the recalled items this session has fenced (keys of :func:`_text_key`).
+        self._fenced: set[str] = set()
 
     # -- rule 3 ---------------------------------------------------------------------------------
     def system_prompt_block(self) -> str:
@@ -217,12 +225,22 @@ class Session:
             history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
         candidates = _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
+        with self._lock:
+            kept = [self._mark_repeat(item) for item in kept]
         recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))
         self.last_recall = recall
         return recall
 
     async def aprefetch(self, user_message: str) -> Recall:
         return await asyncio.to_thread(self.prefetch, user_message)
+
+    def _mark_repeat(self, item: RecallItem) -> RecallItem:
+        """``item``, marked as a repeat when an earlier prefetch of this session fenced the same text."""
+        key = _text_key(item.text)
+        if key in self._fenced:
+            return dataclasses.replace(item, repeat=True)
+        self._fenced.add(key)
+        return item
 
     def _live_delta(self) -> list[RecallItem]:
         """Entries added or removed since the snapshot that this session has not been shown yet."""
@@ -343,10 +361,14 @@ class Session:
 
     def pre_compress(self, messages: list[dict[str, Any]]) -> str:
         """The framework is about to compact history: ``messages`` (``{"role", "content"}`` dicts) leave the
-        context. Gives the external provider its ``on_pre_compress`` chance to extract from them first (secrets
+        context, and with them maybe the fences that showed recalled items (those may be recalled again). Gives
+        the external provider its ``on_pre_compress`` chance to extract from them first (secrets
         masked, bounded by ``tool_timeout``). Returns the provider's text for the summary prompt ("" if none).
         """
         manager = self.manager
+        if messages:
+            with self._lock:  # the fences those messages carried may be gone: recalled items may show again
+                self._fenced.clear()
         external, guard = manager.external, manager._guard
         if external is None or guard is None or not messages:
             return ""

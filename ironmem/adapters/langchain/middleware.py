@@ -44,7 +44,7 @@ from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from ...core.manager import MemoryManager
-from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence
+from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence, recall_text
 from ...core.session import Session
 from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool
@@ -251,7 +251,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = session.prefetch(text)
-            updates = self._store_recall(state, session, updates, key, recall.text if recall else "")
+            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall))
         return updates or None
 
     async def abefore_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -259,7 +259,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = await session.aprefetch(text)
-            updates = self._store_recall(state, session, updates, key, recall.text if recall else "")
+            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall))
         return updates or None
 
     # -- compaction: messages that left the history since the previous model call -----------------
