@@ -212,6 +212,30 @@ def test_ephemeral_sends_only_the_current_turns_recall(manager: MemoryManager) -
         IronMemoryMiddleware(manager, recall="sometimes")  # type: ignore[arg-type]
 
 
+def test_replay_does_not_send_a_recalled_turn_twice(manager: MemoryManager) -> None:
+    """The first turn's fence, replayed in every later request, already shows the recalled past turn: the second
+    turn's recall of the same turn adds no fence; under ephemeral (earlier fence dropped) it comes back."""
+    manager.start_session("past").sync_turn("My cat Miso eats salmon kibble.", "Salmon kibble, noted.")
+    questions = ("What does Miso eat?", "And what does Miso eat at night?")
+    sent: dict[str, list[list[HumanMessage]]] = {}
+    for policy in ("replay", "ephemeral"):
+        model = ScriptedChatModel(["Salmon kibble.", "The same kibble."])
+        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager, recall=policy)],
+                             checkpointer=InMemorySaver())
+        run = make_runner(agent, "sync")
+        for text in questions:
+            run(f"cat-{policy}", text)
+        sent[policy] = [human_messages(r) for r in model.requests]
+    first, second = sent["replay"]
+    assert first[0].content.startswith(FENCE_OPEN) and "salmon kibble" in first[0].content
+    assert second[0].content == first[0].content  # replayed byte for byte
+    assert second[1].content == questions[1]  # nothing new to recall: no second fence
+    assert sum(m.content.count("salmon kibble") for m in second) == 1  # the item is in the request once
+    ephemeral_second = sent["ephemeral"][1]
+    assert ephemeral_second[0].content == questions[0]
+    assert ephemeral_second[1].content.startswith(FENCE_OPEN) and "salmon kibble" in ephemeral_second[1].content
+
+
 def test_prefetch_runs_once_per_user_turn(manager: MemoryManager) -> None:
     manager.start_session("past").sync_turn("My cat is called Miso.", "Cute name!")
     model = ScriptedChatModel([
