@@ -27,7 +27,9 @@ Per turn: prompt tokens (the model's own tokenizer), tokens the engine really ev
 Exit status 1 when a target of issue 17 is missed: frozen_replay evaluates <= 10% of each turn's prompt tokens
 after the first turn, rewrite_every_turn >= 90% of the prompt that opens each turn (a write turn's follow-up request
 re-uses that prompt under every strategy, so the turn as a whole is ~50%; both are printed), the simulator within 5%
-of the engine per strategy. ``--recheck`` re-reads ``--json`` and recomputes the checks and the report only.
+of the engine per strategy. ``--recheck`` re-reads ``--json`` and recomputes the checks and the report only;
+``--merge A.json B.json`` joins runs of the same session measured in separate processes (e.g. two strategies at
+a time, in parallel) into ``--json`` / ``--tokens``.
 """
 
 from __future__ import annotations
@@ -170,6 +172,44 @@ def time_ratio(doc: dict[str, Any]) -> float | None:
     return rewrite / frozen if frozen else None
 
 
+def cpu_ratio(doc: dict[str, Any]) -> float | None:
+    """CPU seconds of the whole session, rewrite_every_turn over frozen_replay (independent of the machine's load,
+    unlike the wall times)."""
+    by = doc["strategies"]
+    if "frozen_replay" not in by or "rewrite_every_turn" not in by:
+        return None
+    frozen, rewrite = by["frozen_replay"].get("cpu_s"), by["rewrite_every_turn"].get("cpu_s")
+    return rewrite / frozen if frozen and rewrite else None
+
+
+#: What two runs must share to be merged into one document: the same recorded session on the same engine.
+SAME_SESSION = ("turns", "write_every", "memory_writes", "max_tokens", "snapshot_chars", "model", "weights_loaded",
+                "n_ctx", "flash_attn", "llama_cpp_python")
+
+
+def merge(docs: list[dict[str, Any]], tokens: list[dict[str, Any] | None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One document (and token record) from runs of the same session measured in separate processes, e.g. two
+    strategies at a time in parallel. Each strategy keeps its own CPU and wall times; ``meta["runs"]`` keeps each
+    run's date and load. Refuses runs of different sessions or with a strategy measured twice."""
+    first = docs[0]["meta"]
+    for doc in docs[1:]:
+        differ = [k for k in SAME_SESSION if doc["meta"].get(k) != first.get(k)]
+        if differ:
+            raise SystemExit(f"real_cache --merge: the runs measured different sessions ({', '.join(differ)} differ)")
+    strategies: dict[str, Any] = {}
+    merged_tokens: dict[str, Any] = {}
+    for doc, toks in zip(docs, tokens):
+        for name, result in doc["strategies"].items():
+            if name in strategies:
+                raise SystemExit(f"real_cache --merge: {name} was measured in more than one run")
+            strategies[name] = result
+            if toks is not None:
+                merged_tokens[name] = toks[name]
+    meta = {**first, "runs": [{k: d["meta"].get(k) for k in ("date", "commit", "load_average_1m_at_end")}
+                              | {"strategies": list(d["strategies"])} for d in docs]}
+    return {"benchmark": "real_cache", "meta": meta, "strategies": strategies}, merged_tokens
+
+
 def report(doc: dict[str, Any]) -> str:
     rows = []
     for name, result in doc["strategies"].items():
@@ -185,6 +225,9 @@ def report(doc: dict[str, Any]) -> str:
     ratio = time_ratio(doc)
     if ratio is not None:
         lines.append(f"\ntime per turn (after the first): rewrite_every_turn / frozen_replay = {ratio:.2f}x")
+    cpu = cpu_ratio(doc)
+    if cpu is not None:
+        lines.append(f"CPU time of the session: rewrite_every_turn / frozen_replay = {cpu:.2f}x")
     lines.append("")
     for name, ok, detail in check(doc):
         lines.append(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
@@ -207,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the recorder's six short seed entries, not a memory in use (~3,100 chars)")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--recheck", action="store_true", help="recompute the checks of an existing --json")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RUN_JSON",
+                        help="merge runs of the same session (each a --json; its tokens from RUN_tokens.json.gz "
+                             "beside it) into --json and --tokens, and recompute the checks")
     args = parser.parse_args(argv)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in strategies if s not in STRATEGIES]
@@ -220,13 +266,30 @@ def main(argv: list[str] | None = None) -> int:
             with gzip.open(args.tokens, "wt", encoding="utf-8") as fh:
                 json.dump(tokens, fh, separators=(",", ":"))
         doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
+        doc["cpu_ratio_rewrite_over_frozen"] = cpu_ratio(doc)
         doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
+    if args.merge:
+        docs = [json.loads(path.read_text(encoding="utf-8")) for path in args.merge]
+        token_files = [path.with_name(path.stem + "_tokens.json.gz") for path in args.merge]
+        tokens = [json.loads(gzip.open(f, "rt", encoding="utf-8").read()) if f.exists() else None
+                  for f in token_files]
+        doc, merged_tokens = merge(docs, tokens)
+        if args.tokens is not None:
+            missing = [str(f) for f, t in zip(token_files, tokens) if t is None]
+            if missing:
+                parser.error(f"--tokens needs every run's token file; missing: {', '.join(missing)}")
+            doc["strategies"] = {k: {**v, "tokens": merged_tokens[k]} for k, v in doc["strategies"].items()}
+        write(doc)
+        doc = json.loads(args.json.read_text(encoding="utf-8"))
+        print(report(doc))
+        return 0 if all(c["passed"] for c in doc["checks"]) else 1
     if args.recheck:
         doc = json.loads(args.json.read_text(encoding="utf-8"))
         doc["time_ratio_rewrite_over_frozen"] = time_ratio(doc)
+        doc["cpu_ratio_rewrite_over_frozen"] = cpu_ratio(doc)
         doc["checks"] = [{"check": n, "passed": ok, "detail": d} for n, ok, d in check(doc)]
         args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(report(doc))
