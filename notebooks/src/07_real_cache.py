@@ -53,7 +53,9 @@ print(
     f"{meta['memory_writes']} memory writes, answers <= {meta['max_tokens']} tokens, {meta['decoding']}"
 )
 print(f"frozen snapshot: {meta['snapshot_chars']:,} characters")
-print(f"load average (1 min) {meta['load_average_1m_at_end']} at the end of the run, on 2 CPU cores")
+for run in meta.get("runs") or [meta]:  # a merged document keeps each run's date and load
+    print(f"run of {run['date']}: load average (1 min) {run['load_average_1m_at_end']} at its end, on 2 CPU cores"
+          + (f" ({', '.join(run['strategies'])})" if "strategies" in run else ""))
 for name, result in doc["strategies"].items():
     print(f"  {name:<20} {result['wall_s']:7.1f} s wall, {result['cpu_s']:7.1f} s CPU")
 STRATS = list(doc["strategies"])
@@ -100,6 +102,8 @@ if "rewrite_every_turn" in doc["strategies"]:
     print(f"time per turn after the first: rewrite_every_turn {rewrite['mean_total_s_after_first']:.2f}s, "
           f"frozen_replay {frozen['mean_total_s_after_first']:.2f}s -> "
           f"ratio {rewrite['mean_total_s_after_first'] / frozen['mean_total_s_after_first']:.2f}x")
+    cpu = doc["strategies"]["rewrite_every_turn"]["cpu_s"] / doc["strategies"]["frozen_replay"]["cpu_s"]
+    print(f"CPU time of the whole session (load does not change it): rewrite_every_turn / frozen_replay {cpu:.2f}x")
 print()
 for check in doc["checks"]:
     print(f"{'PASS' if check['passed'] else 'FAIL'}  {check['check']}: {check['detail']}")
@@ -240,25 +244,22 @@ for name, error in errors.items():
 # - vLLM's 16-token blocks round every hit down to a block and keep older prefixes (a block pool), so it predicts
 #   a little more evaluation for the frozen strategies than llama.cpp does.
 #
-# **Rewrite-every-turn.** The strategy re-renders the snapshot and the turn's recall into one block first in the
-# system prompt. Right after a memory write the snapshot changes near its start, and the engine evaluates almost
-# the whole prompt again (the turn after a write, above 90%). Between writes the re-rendered snapshot is
-# byte-identical to the last turn's, so llama.cpp re-uses it and re-evaluation starts at the recall - then the
-# static instructions, the tool schemas and the whole history follow, and are evaluated again too: about two
-# thirds of the prompt here, so the issue's ">= 90%" holds only after a write. A memory block that changes near its
-# start every turn (a per-message retrieval placed first, as in mem0's and LangMem's examples) would cost the whole
-# prompt every turn; one placed after the static instructions would spare them
-# (`benchmarks/real_cache.py` measures that variant as `rewrite_every_turn@after_instructions`; it is left out of
-# this run to save time). ironmem's frozen snapshot does not depend on such placement: nothing before the current
-# user message changes.
+# **Rewrite-every-turn.** The strategy re-renders one block first in the system prompt: this message's recall (the
+# search results, where mem0's and LangMem's examples put them), then the memory as it is on disk now. The recall
+# changes with every message, at the very start of the prompt, so the engine evaluates nearly the whole prompt again
+# on every turn: the static instructions, the tool schemas, the memory and the whole history all come after it.
+# Only the follow-up request of a write turn (the scripted tool call and its result, sent within the same turn)
+# re-uses the prompt that opened the turn, as it would under any strategy. An earlier version of this notebook put
+# the recall after the re-rendered snapshot; between writes the snapshot is byte-identical, so the engine re-used
+# it and evaluated 63-99% of a turn's opening prompt. Placed after the static instructions, the block would spare
+# them (`benchmarks/real_cache.py` measures that variant as `rewrite_every_turn@after_instructions`; it is left out
+# of this run to save time). ironmem's frozen snapshot does not depend on such placement: nothing before the
+# current user message changes.
 #
 # **Frozen + replayed fences evaluates only what is new**: the template tokens around the new user message, the
 # message with its fenced recall (and, on a write turn, the scripted tool call and its result), plus any tail of the
-# previous answer that retokenizes differently (none here). Its share of a turn's prompt is (new text) / (whole
-# prompt), so it is highest on turn 2: the prompt is still short (instructions, tool schemas, the snapshot, one
-# exchange: ~3.1k tokens) and the user message brings a full recall fence (~280 tokens; the default budget is 5
-# items). That turn evaluates 10.3% here, just over the issue's 10% target; later turns stay under it as the
-# history grows. With only the recorder's six short seed entries in memory (`--small-memory`, a ~2.4k-token
-# prompt) the same turn evaluated 13.5% in an earlier run. The session was not reshaped to pass: the target holds
-# from turn 3 on in both settings, and for turn 2 only when it is a write turn (two requests, counted together, as
-# in the CI test's session).
+# previous answer that retokenizes differently. Its share of a turn's prompt is (new text) / (whole prompt), so it
+# is highest on the early turns, where the prompt is shortest. The fence brings only items no earlier fence of the
+# conversation showed (`Recall.fresh`): the earlier fences are replayed byte for byte, so a past turn recalled again
+# is already in the prompt. Before that change, turn 2 re-sent turn 1's four recalled items (~250 tokens) and
+# evaluated 10.3% of its prompt, just over the issue's 10% target.
