@@ -184,11 +184,15 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
     _PREFILTERS.clear()
+    _HEADS.clear()
     for rule in rules:
         for pat in rule.patterns:
             if isinstance(pat, re.Pattern) and (pre := _prefilter(pat)) is not None:
                 _PREFILTERS[pat] = pre
                 literals.update(lit for lits in pre.sets for lit in lits)
+            if isinstance(pat, re.Pattern) and (heads := _match_heads(pat)) is not None:
+                _HEADS[pat] = heads
+                literals.update(heads)
     _AUTOMATON[0] = _automaton(literals)
     _LIT_MAX[0] = max((len(lit) for lit in literals), default=1)
     _RULE_LITS.clear()
@@ -211,6 +215,9 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
                         lits.add(ph.literal)
                         reach(ph.literal, 2, _SEQ_REACH)
                 continue
+            for lit in _HEADS.get(pat, ()):
+                lits.add(lit)
+                reach(lit, 0, 0)
             if (pre := _PREFILTERS.get(pat)) is not None:
                 for ls in pre.sets:
                     for lit in ls:
@@ -235,12 +242,27 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _lit_id(lit: str) -> int:
+    """A number for ``lit`` (the automaton's value for it: the hits of one pass are grouped with numpy)."""
+    got = _LIT_IDS.get(lit)
+    if got is None:
+        got = _LIT_IDS[lit] = len(_LITS)
+        _LITS.append(lit)
+        _LIT_LENS.append(len(lit))
+    return got
+
+
+_LIT_IDS: dict[str, int] = {}
+_LITS: list[str] = []
+_LIT_LENS: list[int] = []
+
+
 def _automaton(literals: set[str]) -> Any:
     """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
     auto = ahocorasick.Automaton()
     for lit in literals:
         if lit:
-            auto.add_word(lit, lit)
+            auto.add_word(lit, _lit_id(lit))
     if len(auto) == 0:
         return None
     auto.make_automaton()
@@ -415,6 +437,34 @@ def _lookbehind_width(items: Any) -> int | None:
     return total
 
 
+def _match_heads(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings one of which every match of ``rx`` starts with (read from its leading literals, after
+    zero-width assertions), when they are few and long enough to be rare; else None.
+
+    A search then tries only the positions where one of them occurs (``rx.match`` there, in order): the
+    leftmost match is the one ``rx.search`` finds, since a match can start nowhere else."""
+    from re import _constants as C  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    if rx.flags & re.IGNORECASE:
+        return None
+    cur = frozenset([""])
+    for op, av in _parser.parse(rx.pattern, rx.flags):
+        if op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+            continue  # reads, consumes nothing
+        ex, _need = _factors([(op, av)])
+        if ex is None:
+            return None
+        cur = frozenset(a + b for a in cur for b in ex)
+        if len(cur) > _FACTORS_MAX:
+            return None
+        if "" not in cur:
+            break
+    if "" in cur or not all(len(x) >= _LIT_MIN or (len(x) == 2 and not x.isalnum() and not x.isspace()) for x in cur):
+        return None
+    return tuple(sorted(cur))
+
+
 def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
     from re import _constants as C  # type: ignore[attr-defined]
     from re import _parser  # type: ignore[attr-defined]
@@ -440,6 +490,7 @@ _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
 _AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
+_HEADS: dict[re.Pattern[str], tuple[str, ...]] = {}  # regex -> the strings its matches start with
 _CONCEPT_LITS: dict[str, dict[str, tuple[_Phrase, ...]]] = {}  # concept -> literal -> its phrases
 _RULE_LITS: dict[str, frozenset[str]] = {}  # rule id -> every literal its patterns look up
 _RX_BEHIND: dict[re.Pattern[str], int | None] = {}  # regex -> how far before its search start it reads
@@ -505,9 +556,9 @@ class _Text:
         """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
         ``_MAX_HITS`` per literal (what the per-literal ``str.find`` search finds).
 
-        The pass runs over chunks of ``_CHUNK`` characters; after a chunk, the literals that reached their
-        cap leave the automaton (rebuilt without them, a few milliseconds), so a text made of one phrase
-        repeated costs one pass, not one Python step per occurrence."""
+        The pass runs over chunks of ``_CHUNK`` characters, its hits grouped by literal with numpy; after a
+        chunk made mostly of hits of literals at their cap, those leave the automaton (rebuilt without
+        them), so a text made of one phrase repeated costs one pass, not one Python step per occurrence."""
         if self._found is None:
             found: dict[str, list[int]] = {}
             auto = _AUTOMATON[0]
@@ -516,26 +567,45 @@ class _Text:
             if auto is None or not n:
                 self._found = found
                 return found
+            import numpy as np
+
+            lens = np.array(_LIT_LENS, dtype=np.int64)
             pos = 0
             done: set[str] = set()  # literals at their cap, no longer searched
             while pos < n:
                 stop = min(n, pos + _CHUNK)
-                for end, lit in auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop):
-                    if end < pos:
-                        continue  # found in the previous chunk already
-                    got = found.get(lit)
-                    if got is None:
-                        found[lit] = [end - len(lit) + 1]
-                    elif len(got) < _MAX_HITS:
-                        got.append(end - len(lit) + 1)
-                pos = stop
-                if pos < n:
-                    full = {lit for lit, got in found.items() if len(got) >= _MAX_HITS} - done
-                    if full:
-                        done |= full
-                        auto = _automaton(set(auto.keys()) - done)
+                hits = list(auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop))
+                if hits:
+                    # the hits of the chunk grouped by literal with numpy (no Python step per hit): ends come
+                    # in increasing order, a stable sort by literal keeps it within each literal
+                    ends_t, ids_t = zip(*hits)
+                    ends = np.array(ends_t, dtype=np.int64)
+                    ids = np.array(ids_t, dtype=np.int64)
+                    keep = ends >= pos  # the others were found in the previous chunk already
+                    ends, ids = ends[keep], ids[keep]
+                    order = np.argsort(ids, kind="stable")
+                    ids = ids[order]
+                    starts = (ends[order] - lens[ids] + 1).tolist()
+                    cuts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(starts)]
+                    id_list = ids[cuts[:-1]].tolist() if len(starts) else []
+                    wasted = 0  # hits of literals at their cap
+                    for g, lit_id in enumerate(id_list):
+                        lit = _LITS[lit_id]
+                        got = found.get(lit)
+                        if got is None:
+                            found[lit] = starts[cuts[g] : min(cuts[g + 1], cuts[g] + _MAX_HITS)]
+                        elif len(got) < _MAX_HITS:
+                            got.extend(starts[cuts[g] : min(cuts[g + 1], cuts[g] + _MAX_HITS - len(got))])
+                        else:
+                            wasted += cuts[g + 1] - cuts[g]
+                    if pos + _CHUNK < n and wasted > max(10_000, len(starts) // 2):
+                        # mostly literals at their cap (a phrase repeated): they leave the automaton (a
+                        # rebuild costs tens of milliseconds, worth it only then)
+                        done |= {lit for lit, got in found.items() if len(got) >= _MAX_HITS}
+                        auto = _automaton({_LITS[i] for i in auto.values()} - done)
                         if auto is None:
                             break
+                pos = stop
             self._found = found
         return self._found
 
@@ -680,9 +750,9 @@ def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> t
     pre = _PREFILTERS.get(rx) if _AUTOMATON[0] is not None else None  # (without: the reference path)
     for lo, hi in windows:
         if pre is None:
-            m = rx.search(t, lo, hi)
-            if m:
-                return m.span()
+            got = _search(tx, rx, lo, hi)
+            if got:
+                return got
             continue
         got = _search_filtered(tx, rx, pre, lo, hi)
         if got:
@@ -736,13 +806,38 @@ def _search_filtered(tx: _Text, rx: re.Pattern[str], pre: _Prefilter, lo: int, h
         if not starts:
             return None
     if starts is None or w is None:
-        m = rx.search(tx.text, lo, hi)
-        return m.span() if m else None
+        return _search(tx, rx, lo, hi)
     for a, c in starts:
         m = rx.search(tx.text, a, min(hi, c + w))
         if m and m.start() < c:
             return m.span()
     return None
+
+
+def _search(tx: _Text, rx: re.Pattern[str], lo: int, hi: int) -> tuple[int, int] | None:
+    """``rx.search(text, lo, hi).span()``: tried only at the occurrences of the strings its matches start
+    with (``_match_heads``) when the regex has them and their lists are complete (not capped). ``rx.match``
+    at a position reads what ``rx.search`` reads when it tries that position (lookbehinds see the text
+    before it in both), so the first position that matches gives the same span."""
+    heads = _HEADS.get(rx) if _AUTOMATON[0] is not None else None
+    if heads is not None:
+        found = tx._occurrences() or {}
+        qs: list[int] = []
+        for head in heads:
+            occ = found.get(head)
+            if not occ:
+                continue
+            if len(occ) >= _MAX_HITS:
+                break  # capped: not every occurrence is known
+            qs.extend(occ[bisect_left(occ, lo) : bisect_left(occ, hi)])
+        else:
+            for q in sorted(set(qs)) if len(heads) > 1 else qs:
+                m = rx.match(tx.text, q, hi)
+                if m:
+                    return m.span()
+            return None
+    m = rx.search(tx.text, lo, hi)
+    return m.span() if m else None
 
 
 def _intersect(xs: list[tuple[int, int]], ys: list[list[int]]) -> list[tuple[int, int]]:
@@ -898,7 +993,8 @@ def _second_view(tx: _Text, second: str) -> _Text:
     for t in (first, second):
         got: dict[str, list[int]] = {}
         for lo, hi in _merged(changed, lit_max - 1, lit_max, n):
-            for end, lit in auto.iter(t, lo, hi):
+            for end, lit_id in auto.iter(t, lo, hi):
+                lit = _LITS[lit_id]
                 q = end - len(lit) + 1
                 k = bisect_left(changed, q)
                 if k < len(changed) and changed[k] <= end:
@@ -941,7 +1037,8 @@ def _reach_literals(first: str, second: str, changed: list[int]) -> set[str]:
     dirty: set[str] = set()
     for lo, hi in _merged(changed, lit_max + after, before + lit_max + 1, n):
         for t in (first, second):
-            for end, lit in auto.iter(t, lo, hi):
+            for end, lit_id in auto.iter(t, lo, hi):
+                lit = _LITS[lit_id]
                 if lit in dirty:
                     continue
                 b, a = _LIT_REACH.get(lit, (before, after))
