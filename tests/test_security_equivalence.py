@@ -1,11 +1,18 @@
-"""The one-pass literal search (Aho-Corasick) finds exactly what the reference search (``str.find`` per
-literal, behind the token filter) finds: same rule matches, same spans, on the corpus, the rules' own
-examples and generated mixes of rule phrases glued in every way the boundary checks care about."""
+"""The fast paths of the rule engine find exactly what the plain ones find.
+
+* The one-pass literal search (Aho-Corasick) against the reference search (``str.find`` per literal,
+  behind the token filter): same rule matches, same spans, on the corpus, the rules' own examples and
+  generated mixes of rule phrases glued in every way the boundary checks care about.
+* ``match_rules_views`` (the second, casefolded view matched only near the characters the look-alike
+  skeleton rewrote) against the two plain ``match_rules`` calls the scanner made before: on the corpus,
+  1 MB texts of the speed benchmark, and texts where look-alike letters are put inside, next to and far
+  from rule phrases (the places where the two views differ)."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 from ironmem.core.security import engine
@@ -92,3 +99,120 @@ def test_prefilter_strings_are_in_every_match() -> None:
                 assert pre.width is None or m.end() - m.start() <= pre.width, (rx.pattern, m.group(0))
     assert checked > 200
     assert len(engine._PREFILTERS) > len(rules) // 2  # most regexes have one
+
+
+# ------------------------------------------------------------------ second view near the changes only
+_LOOKALIKES = "оеіаѕсрхуıɑοεᴇ"  # Cyrillic, Greek, Turkish dotless i, small capitals
+
+
+def _views_reference(first: str, second: str, ctx: str) -> list[tuple[str, tuple[int, int], str]]:
+    ms = match_rules(first, context=ctx)
+    if second != first:
+        ms += match_rules(second, context=ctx, skip=frozenset(m.rule.id for m in ms))
+    return [(m.rule.id, m.span, m.excerpt) for m in ms]
+
+
+def _views_fast(first: str, second: str, ctx: str) -> list[tuple[str, tuple[int, int], str]]:
+    return [(m.rule.id, m.span, m.excerpt) for m in engine.match_rules_views(first, second, context=ctx)]
+
+
+def _same_views(text: str) -> bool:
+    v = normalize(text)
+    for ctx in ("write", "recall"):
+        assert _views_fast(v.skel, v.norm, ctx) == _views_reference(v.skel, v.norm, ctx), text[:200]
+    return v.skel != v.norm
+
+
+def _with_lookalikes(text: str, rng: random.Random, k: int) -> str:
+    chars = list(text)
+    letters = [i for i, c in enumerate(chars) if c.isalpha() and c.isascii()]
+    for i in rng.sample(letters, min(k, len(letters))):
+        chars[i] = rng.choice(_LOOKALIKES)
+    return "".join(chars)
+
+
+_FOREIGN_WORD = re.compile(r"[\u0370-\u03ff\u0400-\u04ff]+")
+
+
+def _latin_glued(text: str, rng: random.Random) -> str:
+    """A Latin letter glued to a Cyrillic or Greek word: the skeleton reads the whole word as Latin (a
+    look-alike spelling), so a Russian or Greek phrase there is found in the casefolded view only."""
+    words = list(_FOREIGN_WORD.finditer(text))
+    if not words:
+        return text
+    m = rng.choice(words)
+    # at the end of the word: a phrase that allows any word ending ("игнор*") still matches there
+    return text[: m.end()] + rng.choice("xao") + text[m.end() :]
+
+
+def test_second_view_on_rule_texts_with_lookalikes() -> None:
+    rng = random.Random(1415)
+    base = [t for r in load_rules() for t in (*r.positive, *r.negative)] + _generated()
+    differ = 0
+    for t in base:
+        for k in (1, 3):
+            differ += _same_views(_with_lookalikes(t, rng, k))
+        differ += _same_views(_latin_glued(t, rng))
+    # long texts: phrases far apart, look-alikes near some of them, padding between (windows merge or not)
+    pads = ["lorem ipsum dolor sit amet. " * 40, "x" * 900, "\n" * 30, "the user said hello. " * 70]
+    for _ in range(40):
+        parts = []
+        for _ in range(rng.randint(2, 6)):
+            phrase = rng.choice(base)
+            parts.append(_latin_glued(_with_lookalikes(phrase, rng, rng.choice((0, 0, 1, 2))), rng))
+            parts.append(rng.choice(pads))
+        differ += _same_views("".join(parts))
+    assert differ > len(base)  # the look-alikes did make the views differ
+
+
+def _changed_copy(text: str, rng: random.Random, k: int) -> str:
+    """``text`` with ``k`` characters replaced (letters, look-alikes, spaces, sentence ends): the same length."""
+    chars = list(text)
+    for i in rng.sample(range(len(chars)), min(k, len(chars))):
+        chars[i] = rng.choice("xq_ .\n!" + _LOOKALIKES)
+    return "".join(chars)
+
+
+def _same_pair(first: str, second: str) -> bool:
+    for ctx in ("write", "recall"):
+        assert _views_fast(first, second, ctx) == _views_reference(first, second, ctx), (first[:200], second[:200])
+    return bool(engine.match_rules(second, skip=frozenset(m.rule.id for m in engine.match_rules(first))))
+
+
+def test_second_view_on_any_pair_of_same_length_texts() -> None:
+    # The argument of match_rules_views holds for any two texts of the same length, not only for the
+    # scanner's two views: here the second view is the real text and the first one has characters changed
+    # (so many rules match the second one only, near a change), or the other way round.
+    rng = random.Random(1417)
+    base = [normalize(t).skel for r in load_rules() for t in r.positive] + _generated()
+    pads = ["lorem ipsum dolor sit amet. " * 40, "x" * 900, "\n" * 30, "the user said hello. " * 70]
+    long = []
+    for _ in range(30):
+        parts = []
+        for _ in range(rng.randint(2, 6)):
+            parts += [rng.choice(base), rng.choice(pads)]
+        long.append("".join(parts))
+    second_only = 0
+    for t in base + long:
+        for k in (1, 2, 6):
+            broken = _changed_copy(t, rng, k)
+            second_only += _same_pair(broken, t)
+            _same_pair(t, broken)
+    assert second_only > len(base) // 4  # many rules matched in the second text only: the hard case
+
+
+def test_second_view_on_corpus_and_large_texts() -> None:
+    import importlib.util
+
+    rows = [json.loads(line)["text"] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    differ = sum(_same_views(t) for t in rows[::7])
+    assert differ > 0
+    spec = importlib.util.spec_from_file_location("_speed", Path(__file__).parent.parent / "benchmarks/security_speed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = random.Random(1416)
+    for name, text in bench.corpora().items():
+        part = text[:300_000]
+        _same_views(part)
+        _same_views(_with_lookalikes(part, rng, 200))  # changes spread over the whole text

@@ -33,7 +33,7 @@ import yaml
 
 from ironmem.core.errors import IronMemError
 
-__all__ = ["Rule", "RuleMatch", "RulesError", "load_rules", "match_rules"]
+__all__ = ["Rule", "RuleMatch", "RulesError", "load_rules", "match_rules", "match_rules_views"]
 
 _GAPS = {
     "_": r"[^.!?\n。！？]{0,40}?",
@@ -184,13 +184,55 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
     _PREFILTERS.clear()
+    _HEADS.clear()
     for rule in rules:
         for pat in rule.patterns:
             if isinstance(pat, re.Pattern) and (pre := _prefilter(pat)) is not None:
                 _PREFILTERS[pat] = pre
                 literals.update(lit for lits in pre.sets for lit in lits)
+            if isinstance(pat, re.Pattern) and (heads := _match_heads(pat)) is not None:
+                _HEADS[pat] = heads
+                literals.update(heads)
     _AUTOMATON[0] = _automaton(literals)
     _LIT_MAX[0] = max((len(lit) for lit in literals), default=1)
+    _RULE_LITS.clear()
+    _LIT_REACH.clear()
+    _RX_BEHIND.clear()
+    # How far around an occurrence of each literal a rule may read (see match_rules_views): an anchor of a
+    # regex rule opens its search window (400 before, 700 after, plus what the regex's lookbehinds and \b
+    # read before the window), a phrase of a concept is read with one character before it and up to
+    # _SEQ_REACH after it, a literal of a regex prefilter only by its own occurrence list.
+    def reach(lit: str, before: int, after: int) -> None:
+        b, a = _LIT_REACH.get(lit, (0, 0))
+        _LIT_REACH[lit] = (max(b, before), max(a, after))
+
+    for rule in rules:
+        lits: set[str] = set(rule.requires)
+        for pat in rule.patterns:
+            if isinstance(pat, _Seq):
+                for c in pat.concepts:
+                    for ph in concepts[c]:
+                        lits.add(ph.literal)
+                        reach(ph.literal, 2, _SEQ_REACH)
+                continue
+            for lit in _HEADS.get(pat, ()):
+                lits.add(lit)
+                reach(lit, 0, 0)
+            if (pre := _PREFILTERS.get(pat)) is not None:
+                for ls in pre.sets:
+                    for lit in ls:
+                        lits.add(lit)
+                        reach(lit, 0, 0)
+            from re import _parser  # type: ignore[attr-defined]
+
+            lb = _lookbehind_width(list(_parser.parse(pat.pattern, pat.flags)))
+            _RX_BEHIND[pat] = None if lb is None else lb + 1  # (+1: \b reads the character before)
+            if lb is None:
+                lits.add("")  # reads without bound before its window: always tried again
+            for lit in rule.requires:
+                reach(lit, 400 + (lb or 0) + 3, 702)
+        if all(lits):  # an empty literal is looked for outside the automaton: such a rule always runs
+            _RULE_LITS[rule.id] = frozenset(lits)
     _CONCEPT_LITS.clear()
     for name, phs in concepts.items():
         by_lit: dict[str, list[_Phrase]] = {}
@@ -200,12 +242,27 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _lit_id(lit: str) -> int:
+    """A number for ``lit`` (the automaton's value for it: the hits of one pass are grouped with numpy)."""
+    got = _LIT_IDS.get(lit)
+    if got is None:
+        got = _LIT_IDS[lit] = len(_LITS)
+        _LITS.append(lit)
+        _LIT_LENS.append(len(lit))
+    return got
+
+
+_LIT_IDS: dict[str, int] = {}
+_LITS: list[str] = []
+_LIT_LENS: list[int] = []
+
+
 def _automaton(literals: set[str]) -> Any:
     """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
     auto = ahocorasick.Automaton()
     for lit in literals:
         if lit:
-            auto.add_word(lit, lit)
+            auto.add_word(lit, _lit_id(lit))
     if len(auto) == 0:
         return None
     auto.make_automaton()
@@ -346,6 +403,68 @@ def _lookahead_width(items: Any) -> int | None:
     return most
 
 
+def _lookbehind_width(items: Any) -> int | None:
+    """How far before a position the lookbehinds of the pattern may read, summed over all of them (an upper
+    bound; None: unbounded)."""
+    from re import _constants as C  # type: ignore[attr-defined]
+
+    total = 0
+    for op, av in items:
+        subs: list[Any] = []
+        if op in (C.ASSERT, C.ASSERT_NOT):
+            if av[0] == -1:
+                hi = av[1].getwidth()[1]
+                if hi >= C.MAXREPEAT:
+                    return None
+                total += hi
+            subs = [av[1]]
+        elif op is C.SUBPATTERN:
+            subs = [av[3]]
+        elif op is C.ATOMIC_GROUP:
+            subs = [av]
+        elif op is C.BRANCH:
+            subs = list(av[1])
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+            subs = [av[2]]
+        elif op is C.GROUPREF_EXISTS:
+            subs = [x for x in av[1:] if x is not None]
+        for sub in subs:
+            w = _lookbehind_width(sub)
+            if w is None:
+                return None
+            # a lookbehind inside a repeat may be entered at many positions, each within the match
+            total += w
+    return total
+
+
+def _match_heads(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings one of which every match of ``rx`` starts with (read from its leading literals, after
+    zero-width assertions), when they are few and long enough to be rare; else None.
+
+    A search then tries only the positions where one of them occurs (``rx.match`` there, in order): the
+    leftmost match is the one ``rx.search`` finds, since a match can start nowhere else."""
+    from re import _constants as C  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    if rx.flags & re.IGNORECASE:
+        return None
+    cur = frozenset([""])
+    for op, av in _parser.parse(rx.pattern, rx.flags):
+        if op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+            continue  # reads, consumes nothing
+        ex, _need = _factors([(op, av)])
+        if ex is None:
+            return None
+        cur = frozenset(a + b for a in cur for b in ex)
+        if len(cur) > _FACTORS_MAX:
+            return None
+        if "" not in cur:
+            break
+    if "" in cur or not all(len(x) >= _LIT_MIN or (len(x) == 2 and not x.isalnum() and not x.isspace()) for x in cur):
+        return None
+    return tuple(sorted(cur))
+
+
 def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
     from re import _constants as C  # type: ignore[attr-defined]
     from re import _parser  # type: ignore[attr-defined]
@@ -371,7 +490,11 @@ _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
 _AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
+_HEADS: dict[re.Pattern[str], tuple[str, ...]] = {}  # regex -> the strings its matches start with
 _CONCEPT_LITS: dict[str, dict[str, tuple[_Phrase, ...]]] = {}  # concept -> literal -> its phrases
+_RULE_LITS: dict[str, frozenset[str]] = {}  # rule id -> every literal its patterns look up
+_RX_BEHIND: dict[re.Pattern[str], int | None] = {}  # regex -> how far before its search start it reads
+_LIT_REACH: dict[str, tuple[int, int]] = {}  # literal -> how far before / after an occurrence a rule reads
 
 
 @lru_cache(maxsize=1)
@@ -385,6 +508,7 @@ def load_rules() -> tuple[Rule, ...]:
 _MAX_HITS = 4000  # per literal; beyond that the text is one phrase repeated (enough to judge)
 _CHUNK = 65_536  # characters per step of the one pass (literals at their cap leave the automaton in between)
 _GAP_MAX = {"": 1, "_": 40, "__": 120, "___": 200}
+_SEQ_REACH = 40 + _GAP_MAX["___"] + 8  # a word ending (40), the longest gap and the sentence end after it
 # A sentence ends at . ! ? followed by a space or the end (a dot inside an e-mail address, a host name or
 # a version number does not end it), at a newline, or at a CJK full stop.
 _TERM_RE = re.compile(r"[.!?](?=\s|$)|[\n。！？]")
@@ -393,6 +517,8 @@ _TOKEN_RE = re.compile(r"\w+")
 
 class _Text:
     """One normalized text with the occurrence caches the rules share."""
+
+    restricted = False  # (a _SecondView: try only the places near a change)
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -430,9 +556,9 @@ class _Text:
         """Starts of every automaton literal in the text, in one pass (overlapping ones too), the first
         ``_MAX_HITS`` per literal (what the per-literal ``str.find`` search finds).
 
-        The pass runs over chunks of ``_CHUNK`` characters; after a chunk, the literals that reached their
-        cap leave the automaton (rebuilt without them, a few milliseconds), so a text made of one phrase
-        repeated costs one pass, not one Python step per occurrence."""
+        The pass runs over chunks of ``_CHUNK`` characters, its hits grouped by literal with numpy; after a
+        chunk made mostly of hits of literals at their cap, those leave the automaton (rebuilt without
+        them), so a text made of one phrase repeated costs one pass, not one Python step per occurrence."""
         if self._found is None:
             found: dict[str, list[int]] = {}
             auto = _AUTOMATON[0]
@@ -441,26 +567,45 @@ class _Text:
             if auto is None or not n:
                 self._found = found
                 return found
+            import numpy as np
+
+            lens = np.array(_LIT_LENS, dtype=np.int64)
             pos = 0
             done: set[str] = set()  # literals at their cap, no longer searched
             while pos < n:
                 stop = min(n, pos + _CHUNK)
-                for end, lit in auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop):
-                    if end < pos:
-                        continue  # found in the previous chunk already
-                    got = found.get(lit)
-                    if got is None:
-                        found[lit] = [end - len(lit) + 1]
-                    elif len(got) < _MAX_HITS:
-                        got.append(end - len(lit) + 1)
-                pos = stop
-                if pos < n:
-                    full = {lit for lit, got in found.items() if len(got) >= _MAX_HITS} - done
-                    if full:
-                        done |= full
-                        auto = _automaton(set(auto.keys()) - done)
+                hits = list(auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop))
+                if hits:
+                    # the hits of the chunk grouped by literal with numpy (no Python step per hit): ends come
+                    # in increasing order, a stable sort by literal keeps it within each literal
+                    ends_t, ids_t = zip(*hits)
+                    ends = np.array(ends_t, dtype=np.int64)
+                    ids = np.array(ids_t, dtype=np.int64)
+                    keep = ends >= pos  # the others were found in the previous chunk already
+                    ends, ids = ends[keep], ids[keep]
+                    order = np.argsort(ids, kind="stable")
+                    ids = ids[order]
+                    starts = (ends[order] - lens[ids] + 1).tolist()
+                    cuts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(starts)]
+                    id_list = ids[cuts[:-1]].tolist() if len(starts) else []
+                    wasted = 0  # hits of literals at their cap
+                    for g, lit_id in enumerate(id_list):
+                        lit = _LITS[lit_id]
+                        got = found.get(lit)
+                        if got is None:
+                            found[lit] = starts[cuts[g] : min(cuts[g + 1], cuts[g] + _MAX_HITS)]
+                        elif len(got) < _MAX_HITS:
+                            got.extend(starts[cuts[g] : min(cuts[g + 1], cuts[g] + _MAX_HITS - len(got))])
+                        else:
+                            wasted += cuts[g + 1] - cuts[g]
+                    if pos + _CHUNK < n and wasted > max(10_000, len(starts) // 2):
+                        # mostly literals at their cap (a phrase repeated): they leave the automaton (a
+                        # rebuild costs tens of milliseconds, worth it only then)
+                        done |= {lit for lit, got in found.items() if len(got) >= _MAX_HITS}
+                        auto = _automaton({_LITS[i] for i in auto.values()} - done)
                         if auto is None:
                             break
+                pos = stop
             self._found = found
         return self._found
 
@@ -569,7 +714,10 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
                     return got
         return None
 
+    reach = len(seq.concepts) * (max(_LIT_MAX[0], 40) + _GAP_MAX["___"] + 3) + 2
     for s, e in first[:_MAX_HITS]:
+        if tx.restricted and not tx.near(s - 2, s + reach):  # type: ignore[attr-defined]
+            continue  # (match_rules_views) reads no change from here: no match, as in the first view
         got = extend(0, e)
         if got is not None:
             return s, got
@@ -592,12 +740,19 @@ def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> t
             windows[-1][1] = max(windows[-1][1], hi)
         else:
             windows.append([lo, hi])
+    if tx.restricted:
+        # (match_rules_views) a window whose reads, and whose merging with other windows, cannot involve a
+        # change finds what it found in the first view: nothing
+        assert isinstance(tx, _SecondView)
+        behind = 700 + _LIT_MAX[0] + (_RX_BEHIND.get(rx) or 0) + 2
+        ahead = 400 + _LIT_MAX[0] + 2
+        windows = [w for w in windows if tx.near(w[0] - behind, w[1] + ahead)]
     pre = _PREFILTERS.get(rx) if _AUTOMATON[0] is not None else None  # (without: the reference path)
     for lo, hi in windows:
         if pre is None:
-            m = rx.search(t, lo, hi)
-            if m:
-                return m.span()
+            got = _search(tx, rx, lo, hi)
+            if got:
+                return got
             continue
         got = _search_filtered(tx, rx, pre, lo, hi)
         if got:
@@ -651,13 +806,38 @@ def _search_filtered(tx: _Text, rx: re.Pattern[str], pre: _Prefilter, lo: int, h
         if not starts:
             return None
     if starts is None or w is None:
-        m = rx.search(tx.text, lo, hi)
-        return m.span() if m else None
+        return _search(tx, rx, lo, hi)
     for a, c in starts:
         m = rx.search(tx.text, a, min(hi, c + w))
         if m and m.start() < c:
             return m.span()
     return None
+
+
+def _search(tx: _Text, rx: re.Pattern[str], lo: int, hi: int) -> tuple[int, int] | None:
+    """``rx.search(text, lo, hi).span()``: tried only at the occurrences of the strings its matches start
+    with (``_match_heads``) when the regex has them and their lists are complete (not capped). ``rx.match``
+    at a position reads what ``rx.search`` reads when it tries that position (lookbehinds see the text
+    before it in both), so the first position that matches gives the same span."""
+    heads = _HEADS.get(rx) if _AUTOMATON[0] is not None else None
+    if heads is not None:
+        found = tx._occurrences() or {}
+        qs: list[int] = []
+        for head in heads:
+            occ = found.get(head)
+            if not occ:
+                continue
+            if len(occ) >= _MAX_HITS:
+                break  # capped: not every occurrence is known
+            qs.extend(occ[bisect_left(occ, lo) : bisect_left(occ, hi)])
+        else:
+            for q in sorted(set(qs)) if len(heads) > 1 else qs:
+                m = rx.match(tx.text, q, hi)
+                if m:
+                    return m.span()
+            return None
+    m = rx.search(tx.text, lo, hi)
+    return m.span() if m else None
 
 
 def _intersect(xs: list[tuple[int, int]], ys: list[list[int]]) -> list[tuple[int, int]]:
@@ -675,6 +855,18 @@ def _intersect(xs: list[tuple[int, int]], ys: list[list[int]]) -> list[tuple[int
     return out
 
 
+def _match_rule(tx: _Text, rule: Rule) -> RuleMatch | None:
+    span: tuple[int, int] | None = None
+    for pat in rule.patterns:
+        span = _match_seq(tx, pat) if isinstance(pat, _Seq) else _match_regex(tx, pat, rule.requires)
+        if span:
+            break
+    if not span:
+        return None
+    s, e = span
+    return RuleMatch(rule, (s, e), tx.text[s:e][:120])
+
+
 def match_rules(
     text: str, rules: tuple[Rule, ...] | None = None, context: str = "write", skip: frozenset[str] = frozenset()
 ) -> list[RuleMatch]:
@@ -686,12 +878,232 @@ def match_rules(
     for rule in rules:
         if context not in rule.contexts or rule.id in skip:
             continue
-        span: tuple[int, int] | None = None
-        for pat in rule.patterns:
-            span = _match_seq(tx, pat) if isinstance(pat, _Seq) else _match_regex(tx, pat, rule.requires)
-            if span:
-                break
-        if span:
-            s, e = span
-            out.append(RuleMatch(rule, (s, e), text[s:e][:120]))
+        m = _match_rule(tx, rule)
+        if m is not None:
+            out.append(m)
     return out
+
+
+def match_rules_views(first: str, second: str, context: str = "write") -> list[RuleMatch]:
+    """``match_rules(first) + match_rules(second, skip=<the rules matched in first>)`` for the shipped rules:
+    the same list, computed faster when the two views differ in few places.
+
+    The second view (the casefolded text, when the look-alike skeleton ``first`` rewrote some words) differs
+    from the first only at the rewritten characters, the set ``D`` (both views have the same length, else
+    the second view is matched whole). What the engine computes for a rule at one place depends only on the
+    occurrence lists of the rule's literals, on :meth:`_Text._may_contain` for them, and on the characters
+    near that place (:func:`_reach_literals` says how near). So, for a rule that did not match the first view:
+
+    * where it reads no character of ``D``, it gets the same answer in the second view: no match;
+    * so its first match in the second view, if any, is at a place near ``D``: only those places are tried
+      (a regex window or a first phrase of a concept sequence near ``D``, :class:`_SecondView`), in the
+      same order as the whole search, which makes the match the one the whole search returns;
+    * a rule none of whose literals occurs near ``D`` has no such place and is not tried at all.
+
+    The occurrence lists of the second view are the first view's with the occurrences that overlap ``D``
+    replaced by the second view's (found by Aho-Corasick in windows around ``D``). When
+    ``_may_contain`` answers differently in the two views for a literal of a rule (a token that only a
+    change creates or removes), the lists differ away from ``D`` too and that rule is matched whole.
+    ``tests/test_security_equivalence.py`` compares this with the two plain calls."""
+    rules = load_rules()
+    tx = _Text(first)
+    out = [m for rule in rules if context in rule.contexts and (m := _match_rule(tx, rule)) is not None]
+    if second == first:
+        return out
+    done = {m.rule.id for m in out}
+    tx2 = _second_view(tx, second)
+    for rule in rules:
+        if context not in rule.contexts or rule.id in done:
+            continue
+        lits = _RULE_LITS.get(rule.id)
+        restrict = isinstance(tx2, _SecondView) and lits is not None and not (lits & tx2.flipped)
+        if restrict:
+            assert isinstance(tx2, _SecondView)
+            if not (lits & tx2.dirty):  # type: ignore[operator]
+                continue  # no literal of the rule near a change: nothing to try
+        tx2.restricted = restrict
+        m = _match_rule(tx2, rule)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+_DIRTY_MAX = 50_000  # changed characters beyond which the second view is simply matched whole
+
+
+def _changed_positions(a: str, b: str) -> list[int]:
+    """Sorted positions where two texts of the same length differ."""
+    import numpy as np
+
+    xa = np.frombuffer(a.encode("utf-32-le"), dtype=np.uint32)
+    xb = np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)
+    return np.flatnonzero(xa != xb).tolist()  # type: ignore[no-any-return]
+
+
+def _merged(points: list[int], before: int, after: int, n: int) -> list[tuple[int, int]]:
+    """The union of ``[p - before, p + after)`` over sorted ``points``, clipped to ``[0, n)``, as sorted intervals."""
+    out: list[list[int]] = []
+    for p in points:
+        lo, hi = max(0, p - before), min(n, p + after)
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+class _SecondView(_Text):
+    """The second view of a text, built from the first (:func:`_second_view`); with ``restricted`` set, the
+    rules try only the places near a change (``_match_regex``, ``_match_seq``)."""
+
+    def __init__(self, text: str, base: _Text, changed: list[int], found: dict[str, list[int]]) -> None:
+        super().__init__(text)
+        self.base = base
+        self.changed = changed
+        self._found = found
+        self.dirty: set[str] = set()
+        self.flipped: set[str] = set()
+        self.touch: tuple[tuple[set[str], ...], tuple[set[str], ...]] = ((), ())
+
+    def near(self, lo: int, hi: int) -> bool:
+        """Is a changed position in ``[lo, hi)``?"""
+        k = bisect_left(self.changed, lo)
+        return k < len(self.changed) and self.changed[k] < hi
+
+    def _may_contain(self, lit: str) -> bool:
+        got = _second_view_filter(self.base, lit, self.touch[0], self.touch[1])
+        return super()._may_contain(lit) if got is None else got
+
+
+def _second_view(tx: _Text, second: str) -> _Text:
+    """A :class:`_SecondView` of ``second`` next to the first view ``tx``, or a plain ``_Text`` when it
+    cannot be derived (different lengths, too many changes, an empty literal, a capped list that changes)."""
+    first = tx.text
+    n = len(first)
+    auto = _AUTOMATON[0]
+    if auto is None or len(second) != n or not _LIT_REACH:
+        return _Text(second)
+    changed = _changed_positions(first, second)
+    if len(changed) > _DIRTY_MAX:
+        return _Text(second)
+    base = tx._occurrences() or {}
+    lit_max = _LIT_MAX[0]
+    # occurrences that overlap a change, in each view: they lie in these windows
+    over: list[dict[str, list[int]]] = []
+    for t in (first, second):
+        got: dict[str, list[int]] = {}
+        for lo, hi in _merged(changed, lit_max - 1, lit_max, n):
+            for end, lit_id in auto.iter(t, lo, hi):
+                lit = _LITS[lit_id]
+                q = end - len(lit) + 1
+                k = bisect_left(changed, q)
+                if k < len(changed) and changed[k] <= end:
+                    got.setdefault(lit, []).append(q)
+        over.append(got)
+    found = dict(base)
+    for lit in set(over[0]) | set(over[1]):
+        old = base.get(lit, [])
+        if len(old) >= _MAX_HITS:
+            return _Text(second)  # capped: the occurrences past the cap are not known
+        drop = set(over[0].get(lit, ()))
+        new = sorted([q for q in old if q not in drop] + over[1].get(lit, []))
+        if new:
+            found[lit] = new[:_MAX_HITS]
+        else:
+            found.pop(lit, None)
+    view = _SecondView(second, tx, changed, found)
+    view.touch = (_touching(first, changed), _touching(second, changed))
+    view.dirty = _reach_literals(first, second, changed)
+    # (a literal found in only one view occurs only near a change: its lists agree away from the changes)
+    for lit in set(base) & set(found):
+        if view._may_contain(lit) is not tx._may_contain(lit):
+            view.flipped.add(lit)
+    return view
+
+
+def _reach_literals(first: str, second: str, changed: list[int]) -> set[str]:
+    """Literals with an occurrence, in either view, from which a rule reads a changed character.
+
+    How far around an occurrence a rule reads (``_LIT_REACH``, per literal): an anchor of a regex rule opens
+    its search window (400 characters before, 700 after, plus what the regex's lookbehinds and ``\\b`` read
+    before the window); a phrase of a concept is read with one character before it and up to ``_SEQ_REACH``
+    after it (a word ending, a gap, the sentence end after it); a literal of a regex prefilter only by its
+    own occurrence list."""
+    auto = _AUTOMATON[0]
+    n = len(first)
+    before = max(b for b, _ in _LIT_REACH.values())
+    after = max(a for _, a in _LIT_REACH.values())
+    lit_max = _LIT_MAX[0]
+    dirty: set[str] = set()
+    for lo, hi in _merged(changed, lit_max + after, before + lit_max + 1, n):
+        for t in (first, second):
+            for end, lit_id in auto.iter(t, lo, hi):
+                lit = _LITS[lit_id]
+                if lit in dirty:
+                    continue
+                b, a = _LIT_REACH.get(lit, (before, after))
+                k = bisect_left(changed, end - len(lit) + 1 - b)
+                if k < len(changed) and changed[k] < end + 1 + a:
+                    dirty.add(lit)
+    return dirty
+
+
+def _touching(t: str, changed: list[int]) -> tuple[set[str], set[str], set[str]]:
+    """(tokens, their first 2..12 characters, characters) of ``t`` that touch a changed position: all that
+    the token and character sets ``_may_contain`` reads can differ by between the views. A token that
+    starts more than ``k`` before the change is longer than any literal word, and its first 12 characters
+    are either unchanged (the same in both views) or hold a change of their own, collected there."""
+    k = max(_LIT_MAX[0], 12) + 1
+    n = len(t)
+    toks: set[str] = set()
+    prefixes: set[str] = set()
+    chars: set[str] = set()
+    for p in changed:
+        chars.add(t[p])
+        lo = max(0, p - k - 1)
+        for m in _TOKEN_RE.finditer(t, lo, min(n, p + k + 2)):
+            if m.end() < p or m.start() > p + 1:
+                continue
+            if m.start() == lo and lo > 0 and _TOKEN_RE.match(t[lo - 1]):
+                continue
+            tok = m.group(0)
+            prefixes.update(tok[:j] for j in range(2, min(len(tok), 12) + 1))
+            if len(tok) <= k:  # (clipped at the right: longer than any literal word)
+                toks.add(tok)
+    return toks, prefixes, chars
+
+
+def _member(x: str, whole: set[str], touch_first: set[str], touch_second: set[str]) -> bool | None:
+    """Is ``x`` in the second view's set, given the first view's set (``whole``) and the parts of both sets
+    that come from tokens or characters touching a change? None when it cannot be told."""
+    if x in touch_second:
+        return True
+    if x not in whole:
+        return False  # (all that the second view has beyond the first touches a change)
+    if x not in touch_first:
+        return True  # in the first view away from any change: there in the second view too
+    return None
+
+
+def _second_view_filter(
+    tx: _Text, lit: str, first: tuple[set[str], ...], second: tuple[set[str], ...]
+) -> bool | None:
+    """``_may_contain(lit)`` for the second view of ``tx`` (None when it cannot be told from the first view)."""
+    tx._may_contain(lit)  # the first view's sets are built
+    if _SPACELESS.search(lit) or not lit[:1].isalnum():
+        for c in set(lit):
+            has = _member(c, tx._chars or set(), first[2], second[2])
+            if not has:
+                return has
+        return True
+    head = _TOKEN_RE.match(lit)
+    if head is None:
+        return True
+    word = head.group(0)
+    in_tokens = _member(word, tx._tokens or set(), first[0], second[0])
+    if head.end() == len(lit) or not lit[head.end()].isspace():
+        in_prefixes = _member(word[:12], tx._prefixes or set(), first[1], second[1])
+        if in_prefixes or in_tokens:
+            return True
+        return None if in_prefixes is None or in_tokens is None else False
+    return in_tokens

@@ -24,7 +24,7 @@ from typing import Literal
 from ironmem.core.fence import find_forgeries
 
 from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
-from .engine import match_rules
+from .engine import match_rules, match_rules_views
 from .hidden import hidden_findings, homoglyph_findings
 from .model import LinearModel, load_model
 from .normalize import normalize
@@ -89,9 +89,7 @@ def _content(
     """(blocked, blocking findings, weak findings, model score) for the text content (not hidden chars)."""
     v = normalize(text)
     view = v.skel
-    matches = match_rules(view, context=context)
-    if view != v.norm:
-        matches += match_rules(v.norm, context=context, skip=frozenset(m.rule.id for m in matches))
+    matches = match_rules_views(view, v.norm, context=context)
     if depth == 0 and len(view) < 200_000 and _leet_hints(view) >= 3:
         matches += match_rules(view.translate(_LEET_TABLE), context=context, skip=frozenset(m.rule.id for m in matches))
     score = model.score(view) if model is not None else 0.0
