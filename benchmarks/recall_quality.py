@@ -291,8 +291,8 @@ def main() -> int:
     ap.add_argument("--dense-noise", type=float, default=0.0, metavar="SIGMA",
                     help="add Gaussian noise (per dimension) to every MiniLM vector: a weak dense model, as on real "
                          "conversations where MiniLM ranks far below BM25 (0.09 puts it ~25 points below here)")
-    ap.add_argument("--family", default="a", choices=["a", "b"],
-                    help="template family: a (reported), b (held out by source: other templates and filler)")
+    ap.add_argument("--family", default="a", choices=["a", "b", "c"],
+                    help="template family: a (reported), b (held out by source: other templates and filler), c (held out: casual two-person chat, names in every turn, facts in replies)")
     ap.add_argument("--seed", type=int, default=1234,
                     help="generator seed (1234: the reported split; tune anything on another seed, e.g. 7)")
     args = ap.parse_args()
