@@ -91,7 +91,7 @@ def test_the_fusion_ceiling_is_at_least_each_of_the_two_lists_it_unites() -> Non
         pytest.skip(embeddings_missing())
     from recall_quality import KS, ORACLE, evaluate
 
-    report = evaluate(generate(conversations=1, sessions=3, turns_per_session=10), dense_ok=True, log_every=False)
+    report = evaluate(generate(conversations=1, sessions=4, turns_per_session=10), dense_ok=True, log_every=False)
     assert report["methods"][-1] == ORACLE
     ceiling = report["results"][ORACLE]
     for k in KS:
