@@ -28,6 +28,7 @@ Generated from a fixed seed with Python's ``random``: no download, same data on 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -516,13 +517,9 @@ def _generate_chat(conversations: int, sessions: int, turns_per_session: int, se
                 taken.add(pos)
                 first, reply = statements[part]
                 plan[pos] = (f, part, _fill(first, slots), _fill(reply, slots))
-        day = datetime(2025, 3, 3, 19, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
+        start = datetime(2025, 3, 3, 19, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
         evidence: dict[tuple[int, int], int] = {}
-        for pos in range(total):
-            session = pos // turns_per_session
-            if pos % turns_per_session == 0 and pos:
-                day = day + timedelta(days=rng.randrange(2, 20))
-            ts = (day + timedelta(minutes=2 * (pos % turns_per_session))).timestamp()
+        for pos, session, ts in _schedule(rng, start, total, turns_per_session, gap_days=(2, 20), minutes=2):
             if pos in plan:
                 f, part, first, reply = plan[pos]
                 evidence[(f, part)] = pos
@@ -551,6 +548,17 @@ FAMILIES = {
 #: benchmarks built from human-written questions (LoCoMo, LongMemEval) mostly name the person, place or thing
 #: asked about; about a third of questions here do not.
 PARAPHRASE_SHARE = 1 / 3
+
+
+def _schedule(rng: random.Random, start: datetime, total: int, turns_per_session: int, *,
+              gap_days: tuple[int, int], minutes: int) -> Iterator[tuple[int, int, float]]:
+    """``(position, session, timestamp)`` of every turn: sessions ``gap_days`` apart (drawn from ``rng`` as the
+    loop reaches each new session), turns ``minutes`` apart within one."""
+    day = start
+    for pos in range(total):
+        if pos % turns_per_session == 0 and pos:
+            day = day + timedelta(days=rng.randrange(*gap_days))
+        yield pos, pos // turns_per_session, (day + timedelta(minutes=minutes * (pos % turns_per_session))).timestamp()
 
 
 def _fill(template: str, slots: dict[str, str]) -> str:
@@ -603,13 +611,8 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
                 user, assistant = statements[part]
                 plan[pos] = (f, part, _fill(user, slots), _fill(assistant, slots))
         start = datetime(2025, 1, 6, 18, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
-        day = start
         evidence: dict[tuple[int, int], int] = {}
-        for pos in range(total):
-            session = pos // turns_per_session
-            if pos % turns_per_session == 0 and pos:
-                day = day + timedelta(days=rng.randrange(3, 16))
-            ts = (day + timedelta(minutes=3 * (pos % turns_per_session))).timestamp()
+        for pos, session, ts in _schedule(rng, start, total, turns_per_session, gap_days=(3, 16), minutes=3):
             if pos in plan:
                 f, part, user, assistant = plan[pos]
                 evidence[(f, part)] = pos
