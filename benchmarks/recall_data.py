@@ -10,6 +10,9 @@ and has a type:
 - ``preference``: the user's tastes, stated once in passing.
 - ``knowledge-update``: a later turn overrides an earlier one; the evidence is the LATER turn only.
 
+Family ``c`` (held out, written before any result on it was seen) is a casual chat between two friends: names in
+every turn, facts often told in a reply whose words do not name the topic, questions in the third person.
+
 Questions come in two styles, chosen at random per fact: one reuses a word of the evidence (a name, a place),
 the other (a third of questions, ``PARAPHRASE_SHARE``) paraphrases it (instrument -> "musical instrument",
 guinea pig -> "animal"), as people ask. Filler
@@ -25,6 +28,7 @@ Generated from a fixed seed with Python's ``random``: no download, same data on 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -356,11 +360,187 @@ ASIDES_B = ["anyway.", "busy day.", "also my cat knocked over a plant.", "lol.",
 FILLER_ASSISTANT_B = ["Sure thing.", "Here you go.", "Ha, fair enough.", "That's annoying.", "Good idea.",
                       "Let me think about that.", "Makes sense.", "Here's what I'd suggest."]
 
+
+# -- family "c": casual two-person chat, held out ------------------------------------------------------------------
+# Written before any result on it was seen, never used to choose anything: two friends chatting over many dated
+# sessions, as in public long-conversation benchmarks (LoCoMo). Each stored turn is one exchange: a message from
+# one friend and the other's reply, both prefixed with the speaker's name (so the names are in every turn and
+# weigh nothing). Facts are told in passing, often in a REPLY whose words do not name the topic (the topic is in
+# the other person's message, or only implied); questions ask in the third person, by name ("What pet does
+# Jonas have?"). ``{a}`` is the first speaker, ``{b}`` the second; a fact's owner is ``{b}`` unless said.
+FACTS_C: list[tuple[str, list[tuple[str, str]], list[str]]] = [
+    ("single-hop", [("{a}: how's the new family member settling in?",
+                     "{b}: {petname} is a menace lol, the {pet} chewed through a charger cable already")],
+     ["What pet does {b} have?", "What is the name of {b}'s new animal?"]),
+    ("single-hop", [("{a}: any news on the interviews?",
+                     "{b}: yes!! {company} said yes, I'll be their new {job} from next month")],
+     ["Where is {b} going to work?", "Which company hired {b}?"]),
+    ("single-hop", [("{a}: is {sibname} still around or gone already?",
+                     "{b}: gone since sunday, {city} is home for the next two years")],
+     ["Where did {b}'s {sibling} {sibname} move?", "Which city does {sibname} live in now?"]),
+    ("single-hop", [("{a}: I heard music from your place yesterday",
+                     "{b}: haha that was me practising, {teacher} gave me homework, the {instrument} is harder than it looks")],
+     ["What instrument is {b} learning?", "Who teaches {b} music?"]),
+    ("single-hop", [("{a}: you skipped the starter at the restaurant, everything ok?",
+                     "{b}: turns out I can't have {allergen}, found out the hard way last month")],
+     ["What is {b} allergic to?", "What food does {b} have to avoid?"]),
+    ("single-hop", [("{a}: was that you in the {color} car this morning?",
+                     "{b}: yep, that's the {car}, we got it second hand")],
+     ["What car does {b} drive?", "What colour is {b}'s car?"]),
+    ("single-hop", [("{a}: what are you reading at the moment?",
+                     "{b}: {book}, {author} is a genius honestly")],
+     ["What book is {b} reading?", "Which author does {b} admire?"]),
+    ("single-hop", [("{a}: did {friend} like what you got her?",
+                     "{b}: she loved it, she's already using the {gift} every day")],
+     ["What did {b} give {friend}?", "What gift did {b} buy for a friend?"]),
+    ("preference", [("{a}: want to grab burgers after work?",
+                     "{b}: you know I'm {diet}, but I'll come for the fries")],
+     ["What diet does {b} follow?", "Does {b} eat meat?"]),
+    ("preference", [("{a}: I'm getting coffee, want anything?",
+                     "{b}: the usual please, {coffee}")],
+     ["How does {b} take coffee?", "What is {b}'s usual drink order?"]),
+    ("preference", [("{a}: how do you stay focused with that open office?",
+                     "{b}: headphones and {genre}, nothing else works")],
+     ["What music does {b} listen to while working?", "How does {b} concentrate at work?"]),
+    ("preference", [("{a}: we're thinking of a beach week in August, join us?",
+                     "{b}: ugh crowds, I'd rather go {travelpref}")],
+     ["What kind of holiday does {b} like?", "Does {b} enjoy busy beaches?"]),
+    ("preference", [("{a}: movie night friday, your pick",
+                     "{b}: {movie}, obviously, I never get tired of it")],
+     ["What is {b}'s favourite movie?", "Which film does {b} always pick?"]),
+    ("temporal", [("{a}: you look tanned!",
+                   "{b}: just got back from {place} yesterday, it was unreal")],
+     ["When did {b} go to {place}?", "When did {b} come back from a trip abroad?"]),
+    ("temporal", [("{a}: how are the legs after today?",
+                   "{b}: wrecked, but I finished the {race}! first one ever")],
+     ["When did {b} run the {race}?", "When did {b} complete a first race?"]),
+    ("temporal", [("{a}: you sound different, are you ok?",
+                   "{b}: wisdom teeth came out this morning, I'm chipmunk-faced")],
+     ["When did {b} have wisdom teeth removed?", "When did {b} have dental surgery?"]),
+    ("temporal", [("{a}: how was last night?",
+                   "{b}: {band} were incredible live, I still can't hear properly")],
+     ["When did {b} see {band}?", "When did {b} go to a concert?"]),
+    ("multi-hop", [("{a}: who was the guy at your party?",
+                    "{b}: {friend2}, we met at uni, he's a {job2} now"),
+                   ("{a}: coming to {event} on saturday?",
+                    "{b}: yes, {friend2} invited me, I can't say no to him")],
+     ["What does {friend2}, who invited {b} to {event}, do for a living?",
+      "What job does the friend who invited {b} to {event} have?"]),
+    ("multi-hop", [("{a}: how's {petname} doing?",
+                    "{b}: the {pet} is great, eats like a horse"),
+                   ("{a}: why were you at the vet?",
+                    "{b}: {petname} has {condition}, poor thing, she's on medication")],
+     ["What health problem does {b}'s {pet} have?", "Why did {b} take {petname} to the vet?"]),
+    ("knowledge-update", [("{a}: still happy with the flat?",
+                           "{b}: love it, {city} suits me, ten minutes from work"),
+                          ("{a}: how's the new place?",
+                           "{b}: boxes everywhere but {city2} already feels like home")],
+     ["Which city does {b} live in now?", "Where is {b} living these days?"]),
+    ("knowledge-update", [("{a}: how's work with the new team?",
+                           "{b}: {boss} is my manager, she's really supportive"),
+                          ("{a}: heard about the reorg, who's your boss now?",
+                           "{b}: {boss2}, {boss} went to another department")],
+     ["Who is {b}'s manager now?", "Who does {b} report to?"]),
+    ("knowledge-update", [("{a}: is that still the old phone?",
+                           "{b}: yep, {phone}, it does the job"),
+                          ("{a}: ooh new phone?",
+                           "{b}: finally switched to {phone2}, battery lasts two days")],
+     ["What phone does {b} use now?", "What phone does {b} currently have?"]),
+]
+#: Everyday chat between the two: ``(a's message, b's reply)``; ``{x}`` is a slot of the pools.
+FILLER_C = [
+    ("{a}: morning! did you sleep?", "{b}: barely, the neighbours had a party"),
+    ("{a}: I'm so tired today", "{b}: same, this week is never ending"),
+    ("{a}: what are you up to this weekend?", "{b}: nothing much, maybe clean the flat"),
+    ("{a}: did you watch the game last night?", "{b}: only the second half, what a mess"),
+    ("{a}: my {sibling} is visiting next week", "{b}: oh nice, say hi from me"),
+    ("{a}: work is crazy right now", "{b}: hang in there, friday is close"),
+    ("{a}: it's raining again", "{b}: of course it is, I left my umbrella at home"),
+    ("{a}: I tried that new ramen place", "{b}: and? worth it?"),
+    ("{a}: lol look at this meme", "{b}: hahaha I'm crying"),
+    ("{a}: can't refuse a free lunch", "{b}: never, that's the rule"),
+    ("{a}: [sigh] my landlord still hasn't fixed the heating", "{b}: that's ridiculous, call him again"),
+    ("{a}: ignore my last text, wrong chat", "{b}: haha no worries"),
+    ("{a}: how's your mum?", "{b}: much better, thanks for asking"),
+    ("{a}: I started going to the gym again", "{b}: good for you! how often?"),
+    ("{a}: the train was late again", "{b}: classic, every single morning"),
+    ("{a}: I burned the pasta lol", "{b}: how do you even burn pasta"),
+    ("{a}: got any plans for the holidays?", "{b}: not yet, you?"),
+    ("{a}: I need a new hobby", "{b}: pottery? everyone's doing pottery"),
+    ("{a}: you free for a call later?", "{b}: after 7 works"),
+    ("{a}: thanks for yesterday, it was fun", "{b}: anytime, let's do it again soon"),
+]
+#: The facts' topics again, about other people or in passing.
+TOPICAL_C = [
+    ("{a}: {friend} got a {pet} too, it's adorable", "{b}: everyone has pets now"),
+    ("{a}: I might apply to {company}", "{b}: go for it, you'd be great"),
+    ("{a}: my cousin moved to {city} last year", "{b}: do you ever visit?"),
+    ("{a}: I always wanted to learn the {instrument}", "{b}: it's never too late"),
+    ("{a}: {friend} is allergic to {allergen}, poor thing", "{b}: that must make eating out hard"),
+    ("{a}: my dad wants a {car}", "{b}: solid choice"),
+    ("{a}: book club picked {book}", "{b}: I heard it's good"),
+    ("{a}: need a gift idea for my aunt", "{b}: a {gift}?"),
+    ("{a}: should I try going {diet}?", "{b}: try it for a month and see"),
+    ("{a}: the office coffee is awful", "{b}: bring your own, that's what I do"),
+    ("{a}: my neighbour blasts {genre} all day", "{b}: could be worse"),
+    ("{a}: {friend} is going to {place} in the spring", "{b}: jealous!"),
+    ("{a}: thinking of signing up for a {race}", "{b}: you should, the training is fun"),
+    ("{a}: my dentist appointment got moved again", "{b}: annoying"),
+    ("{a}: {band} are touring next year", "{b}: tickets will be gone in minutes"),
+    ("{a}: my phone screen cracked", "{b}: time for an upgrade"),
+    ("{a}: {friend2} wants to become a {job2}", "{b}: bold move"),
+    ("{a}: we watched {movie} yesterday", "{b}: did you like it?"),
+]
+SPEAKERS_C = ["Jonas", "Maren", "Caroline", "Melanie", "Dev", "Aisha", "Tomas", "Nadia", "Leo", "Hana", "Rui", "Greta"]
+
+
+def _generate_chat(conversations: int, sessions: int, turns_per_session: int, seed: int) -> list[Conversation]:
+    """Family ``c``: two friends, names in every turn, facts in the replies (see :data:`FACTS_C`)."""
+    rng = random.Random(seed)
+    out: list[Conversation] = []
+    for c in range(conversations):
+        conv = Conversation(name=f"chat-{c + 1}")
+        a, b = rng.sample(SPEAKERS_C, 2)
+        total = sessions * turns_per_session
+        plan: dict[int, tuple[int, int, str, str]] = {}
+        fact_slots: list[dict[str, str]] = []
+        taken: set[int] = set()
+        for f, (_qtype, statements, _) in enumerate(FACTS_C):
+            slots = _slots(rng) | {"a": a, "b": b}
+            fact_slots.append(slots)
+            while True:
+                positions = sorted(rng.sample(range(total), len(statements)))
+                if taken.isdisjoint(positions) and (len(positions) == 1 or
+                                                    positions[1] // turns_per_session > positions[0] // turns_per_session):
+                    break
+            for part, pos in enumerate(positions):
+                taken.add(pos)
+                first, reply = statements[part]
+                plan[pos] = (f, part, _fill(first, slots), _fill(reply, slots))
+        start = datetime(2025, 3, 3, 19, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
+        evidence: dict[tuple[int, int], int] = {}
+        for pos, session, ts in _schedule(rng, start, total, turns_per_session, gap_days=(2, 20), minutes=2):
+            if pos in plan:
+                f, part, first, reply = plan[pos]
+                evidence[(f, part)] = pos
+            else:
+                slots = _slots(rng) | {"a": a, "b": b}
+                first, reply = (_fill(x, slots) for x in rng.choice(TOPICAL_C if rng.random() < 0.35 else FILLER_C))
+            conv.turns.append(Turn(pos, session, ts, first, reply))
+        for f, (qtype, statements, questions) in enumerate(FACTS_C):
+            style = "paraphrase" if rng.random() < PARAPHRASE_SHARE else "keyword"
+            text = _fill(questions[0 if style == "keyword" else 1], fact_slots[f])
+            ev = [evidence[(f, 1)]] if qtype == "knowledge-update" else [evidence[(f, p)] for p in range(len(statements))]
+            conv.questions.append(Question(text, qtype, ev, style))
+        out.append(conv)
+    return out
+
 #: The template families: ``a`` (the reported dataset, seen while choosing parameters on seed 7) and ``b``
 #: (held out: never used to choose anything).
 FAMILIES = {
     "a": (lambda: (FACTS, FILLER_USER, TOPICAL, ASIDES, FILLER_ASSISTANT)),
     "b": (lambda: (FACTS_B, FILLER_USER_B, TOPICAL_B, ASIDES_B, FILLER_ASSISTANT_B)),
+    "c": None,  # casual two-person chat: its own generator (_generate_chat)
 }
 
 
@@ -368,6 +548,17 @@ FAMILIES = {
 #: benchmarks built from human-written questions (LoCoMo, LongMemEval) mostly name the person, place or thing
 #: asked about; about a third of questions here do not.
 PARAPHRASE_SHARE = 1 / 3
+
+
+def _schedule(rng: random.Random, start: datetime, total: int, turns_per_session: int, *,
+              gap_days: tuple[int, int], minutes: int) -> Iterator[tuple[int, int, float]]:
+    """``(position, session, timestamp)`` of every turn: sessions ``gap_days`` apart (drawn from ``rng`` as the
+    loop reaches each new session), turns ``minutes`` apart within one."""
+    day = start
+    for pos in range(total):
+        if pos % turns_per_session == 0 and pos:
+            day = day + timedelta(days=rng.randrange(*gap_days))
+        yield pos, pos // turns_per_session, (day + timedelta(minutes=minutes * (pos % turns_per_session))).timestamp()
 
 
 def _fill(template: str, slots: dict[str, str]) -> str:
@@ -389,6 +580,8 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
     templates of ``family`` (see :data:`FAMILIES`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown template family {family!r}: choose one of {sorted(FAMILIES)}")
+    if family == "c":
+        return _generate_chat(conversations, sessions, turns_per_session, seed)
     facts, filler_user, topical, asides, filler_assistant = FAMILIES[family]()
     rng = random.Random(seed)
     out: list[Conversation] = []
@@ -418,13 +611,8 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
                 user, assistant = statements[part]
                 plan[pos] = (f, part, _fill(user, slots), _fill(assistant, slots))
         start = datetime(2025, 1, 6, 18, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
-        day = start
         evidence: dict[tuple[int, int], int] = {}
-        for pos in range(total):
-            session = pos // turns_per_session
-            if pos % turns_per_session == 0 and pos:
-                day = day + timedelta(days=rng.randrange(3, 16))
-            ts = (day + timedelta(minutes=3 * (pos % turns_per_session))).timestamp()
+        for pos, session, ts in _schedule(rng, start, total, turns_per_session, gap_days=(3, 16), minutes=3):
             if pos in plan:
                 f, part, user, assistant = plan[pos]
                 evidence[(f, part)] = pos

@@ -175,7 +175,8 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
 
         methods = recall["methods"]
         rows = [[m] + [f"{recall['results'][m]['all'][f'recall@{k}']:.1%}" for k in KS]
-                + [f"{recall['fence_tokens_per_turn_at_5'].get(m, 0):.0f}"] for m in methods]
+                + [f"{recall['fence_tokens_per_turn_at_5'][m]:.0f}" if m in recall["fence_tokens_per_turn_at_5"]
+                   else "-"] for m in methods]
         ds = recall.get("dataset", {})
         lines += [f"Recall of evidence turns ({ds.get('questions', '?')} questions over {ds.get('turns', '?')} turns, "
                   "recall_data.py)",
@@ -191,8 +192,11 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                    f"{r5.get('session_search', 0):.1%} vs {r5.get('bm25s', 0):.1%}"]]
         if "hybrid" in r5 and "dense" in r5:
             best = max(r5["bm25s"], r5["dense"])
+            from recall_quality import ORACLE
+
+            ceiling = f" (any fusion of the two lists: at most {r5[ORACLE]:.1%})" if ORACLE in r5 else ""
             checks.append(["hybrid R@5 >= best of bm25s/dense + 5 points", r5["hybrid"] >= best + 0.05,
-                           f"{r5['hybrid']:.1%} vs {best:.1%}"])
+                           f"{r5['hybrid']:.1%} vs {best:.1%}{ceiling}"])
         checks.append(["no ordinary turn dropped by the recall-time scan", recall["scan_dropped_count"] == 0,
                        f"{recall['scan_dropped_count']} dropped ({len(recall['scan_blocked_dataset_turns'])} "
                        "dataset turns blocked)"])

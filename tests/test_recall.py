@@ -250,6 +250,24 @@ def _noise_embedder(dims: int = 64):
     return embed
 
 
+def _lexical_and_noise_hybrid(tmp_path: Path, chatter: list[str], facts: dict[int, str], question: str
+                              ) -> tuple[set[int | None], set[int | None]]:
+    """The same history in a lexical home and in a hybrid home whose dense model knows nothing (``facts[i]``
+    comes after chatter turn ``i``): the turn ids lexical search finds, and the top 3 of hybrid search."""
+    with MemoryManager(home=tmp_path) as lexical, MemoryManager(home=tmp_path / "h",
+                                                                embeddings=_noise_embedder()) as hybrid:
+        for manager in (lexical, hybrid):
+            session = manager.start_session("a")
+            for i, text in enumerate(chatter):
+                session.sync_turn(text, "ok")
+                if i in facts:
+                    session.sync_turn(facts[i], "nice")
+        assert hybrid.builtin.index.vectors.wait_idle(60)
+        want = {h.turn_id for h in lexical.builtin.index.search(question, kinds=("turn",))}
+        got = {h.turn_id for h in hybrid.builtin.index.search(question, kinds=("turn",), limit=3)}
+    return want, got
+
+
 def test_similarity_stats_are_those_of_every_stored_turn_and_survive_a_restart(tmp_path: Path) -> None:
     import numpy as np
 
@@ -292,16 +310,35 @@ def test_a_dense_model_that_knows_nothing_does_not_push_lexical_matches_out(tmp_
          for b in ("today", "yesterday", "this week", "again", "as usual")])]
     facts = ["We adopted a guinea pig named Biscuit", "The guinea pig cage needs cleaning",
              "My neighbour also has a guinea pig"]
-    with MemoryManager(home=tmp_path) as lexical, MemoryManager(home=tmp_path / "h",
-                                                                embeddings=_noise_embedder()) as hybrid:
-        for manager in (lexical, hybrid):
-            session = manager.start_session("a")
-            for i, text in enumerate(chatter):
-                session.sync_turn(text, "ok")
-                if i % 13 == 5:
-                    session.sync_turn(facts[i // 13], "nice")
-        assert hybrid.builtin.index.vectors.wait_idle(60)
-        want = {h.turn_id for h in lexical.builtin.index.search("what is my guinea pig called?", kinds=("turn",))}
-        got = hybrid.builtin.index.search("what is my guinea pig called?", kinds=("turn",), limit=3)
+    want, got = _lexical_and_noise_hybrid(tmp_path, chatter, {5: facts[0], 18: facts[1], 31: facts[2]},
+                                          "what is my guinea pig called?")
     assert len(want) == 3
-    assert {h.turn_id for h in got} == want  # random similarities never outrank a turn holding the query's words
+    assert got == want  # random similarities never outrank a turn holding the query's words
+
+
+def test_a_dense_model_that_knows_nothing_does_not_push_out_turns_holding_part_of_the_question(tmp_path: Path) -> None:
+    # Each fact holds one of the question's three content words: a third of its IDF mass, so the fused lexical
+    # score is small; the noise model's best similarities (what the best of N random turns reaches by chance)
+    # must still count for less.
+    chatter = [f"Chatting about item {i}: {w} and {v}" for i, (w, v) in enumerate(
+        [(a, b) for a in ("weather", "traffic", "lunch", "emails", "football", "groceries", "laundry", "music",
+                          "news", "rent", "sleep", "coffee")
+         for b in ("today", "yesterday", "this week", "again", "as usual", "lately", "at work", "at home")])]
+    facts = ["Marisol finally adopted one", "the cage for it arrived", "Biscuit hides under the sofa"]
+    question = "what did Marisol name the cage animal Biscuit?"
+    want, got = _lexical_and_noise_hybrid(tmp_path, chatter, {7: facts[0], 36: facts[1], 65: facts[2]}, question)
+    assert len(want) == 3
+    assert got == want
+
+
+def test_a_name_in_every_turn_weighs_nothing_and_ties_nothing(index: SearchIndex) -> None:
+    # A chat where every turn starts with the speakers' names: the name is this history's function word. The
+    # answer holds only the question's weak words ("who", "now"); 60 newer turns hold only the name. Ranked as
+    # a content word, the name would make every turn a candidate, tied and ordered newest first, and the answer
+    # would fall out of the re-scored window.
+    index.add_turn("s1", "Nadia: how is the job going?", "Maren: my manager is Thaddeus, he is nice", user_id=None)
+    index.add_turn("s2", "Nadia: heard about the reorg, who is it now?", "Maren: Constance, since Monday", user_id=None)
+    for i in range(60):
+        index.add_turn("s3", f"Nadia: random chat number {i}", "Maren: haha yes", user_id=None)
+    hits = index.search("Who is Maren's manager now?", kinds=("turn",), limit=3)
+    assert [h.turn_id for h in hits[:2]] == [1, 2]

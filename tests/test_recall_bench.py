@@ -59,4 +59,42 @@ def test_the_held_out_family_shares_no_template_with_the_reported_one() -> None:
     for q in b.questions:
         assert q.evidence and all(0 <= e < len(b.turns) for e in q.evidence)
     with pytest.raises(ValueError, match="unknown template family"):
-        generate(family="c")
+        generate(family="z")
+
+
+def test_the_chat_family_names_both_speakers_in_every_turn_and_asks_in_the_third_person() -> None:
+    from recall_data import FACTS_C
+
+    chats = generate(conversations=2, family="c")
+    assert [t.text for t in chats[0].turns] == [t.text for t in generate(conversations=2, family="c")[0].turns]
+    others = {t.user for fam in ("a", "b") for conv in generate(conversations=2, family=fam) for t in conv.turns}
+    for conv in chats:
+        assert len(conv.questions) == len(FACTS_C)
+        first, second = conv.turns[0].user.split(":")[0], conv.turns[0].assistant.split(":")[0]
+        assert first != second
+        assert all(t.user.startswith(f"{first}: ") and t.assistant.startswith(f"{second}: ") for t in conv.turns)
+        assert not others & {t.user for t in conv.turns}
+        for q in conv.questions:
+            assert q.evidence and not {"I", "my", "me"} & set(q.text.rstrip("?").split())  # third person
+            assert all(0 <= e < len(conv.turns) for e in q.evidence)
+            if q.qtype == "multi-hop":
+                assert conv.turns[q.evidence[0]].session < conv.turns[q.evidence[1]].session
+            if q.qtype == "knowledge-update":  # the later statement only
+                assert len(q.evidence) == 1
+
+
+def test_the_fusion_ceiling_is_at_least_each_of_the_two_lists_it_unites() -> None:
+    pytest.importorskip("bm25s")
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    if embeddings_missing():
+        pytest.skip(embeddings_missing())
+    from recall_quality import KS, ORACLE, evaluate
+
+    report = evaluate(generate(conversations=1, sessions=4, turns_per_session=10), dense_ok=True, log_every=False)
+    assert report["methods"][-1] == ORACLE
+    ceiling = report["results"][ORACLE]
+    for k in KS:
+        for qtype, row in ceiling.items():
+            for method in ("session_search", "dense"):
+                assert row[f"recall@{k}"] >= report["results"][method][qtype][f"recall@{k}"]

@@ -67,6 +67,12 @@ CANDIDATE_CACHE_IDS = 200_000
 LEXICAL_WEIGHT = 0.5
 #: Chosen on the development draw (``recall_quality.py --seed 7``), among 1 and 2; see docs/recall.md.
 DENSE_SCALE = 2.0
+#: Only the part of the z-score above ``DENSE_FLOOR`` times the chance maximum counts (full credit is still
+#: reached at ``DENSE_SCALE`` times it): the dozens of turns that are merely above the mean for a model that does
+#: not see the answer earn nothing, so a dense model near chance cannot push lexical hits out. Chosen on the
+#: development draw with the dense model degraded from none to chance (``--dense-noise`` 0 to 0.3); see
+#: docs/recall.md.
+DENSE_FLOOR = 0.5
 FUSION_DEPTH = 50
 #: The format of the FTS5 tables; an index in another format is rebuilt when opened.
 INDEX_FORMAT = "2"
@@ -479,8 +485,8 @@ class SearchIndex:
         *, user_id: str | None, exclude_session: str | None,
     ) -> list[SearchHit]:
         """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
-        ``dense = max(0, z) / (DENSE_SCALE * sqrt(2 ln N))`` for turns (``z``: the similarity's z-score over all N
-        turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
+        ``dense = max(0, z - DENSE_FLOOR * c) / ((DENSE_SCALE - DENSE_FLOOR) * c)``, ``c = sqrt(2 ln N)``, for turns
+        (``z``: the similarity's z-score over all N turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
 
         Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
         embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
@@ -519,8 +525,10 @@ class SearchIndex:
             dense = [hit_of(row, sims[row[0]]) for row in rows[:depth]]
             if dense and stats is not None and stats[1] > 1e-9:
                 mean, std, n = stats
-                unit = DENSE_SCALE * math.sqrt(2.0 * math.log(n)) * std
-                dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - mean), 6)) for h in dense]
+                chance = math.sqrt(2.0 * math.log(n)) * std
+                floor = mean + DENSE_FLOOR * chance
+                unit = (DENSE_SCALE - DENSE_FLOOR) * chance
+                dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - floor), 6)) for h in dense]
                 add(dense, 1.0 - LEXICAL_WEIGHT, unit)
             elif dense:
                 add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))

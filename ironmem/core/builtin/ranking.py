@@ -41,7 +41,7 @@ import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import Stemmer  # PyStemmer: the Snowball stemmers in C
@@ -55,6 +55,7 @@ __all__ = [
     "TurnRow",
     "TurnSource",
     "bm25_idf",
+    "common",
     "estimate_df",
     "filter_rows",
     "index_terms",
@@ -275,6 +276,15 @@ def estimate_df(found: int, oldest: int, capped: bool, newest: int) -> float:
     if not capped:
         return float(found)
     return min(float(newest), found * newest / max(1, newest - oldest + 1))
+
+
+def common(df: float, n: float) -> bool:
+    """A term held by more than half of the ``n`` turns: its Robertson/Sparck Jones relevance weight
+    ``log((n - df + 0.5) / (df + 0.5))`` is negative, i.e. holding it is no evidence that a turn answers the
+    query (a speaker's name in a chat where every turn starts with it). Such a term ranks like a function word:
+    it adds its (small) BM25 weight but never makes a turn a candidate ahead of turns holding rarer query words,
+    and never ties every turn of the history together."""
+    return df > n / 2
 
 
 def bm25_idf(n: float, df: float) -> float:
@@ -522,6 +532,8 @@ def rank_turns(
         if not found.ids:
             continue
         df = estimate_df(len(found.ids), found.oldest, not found.complete, newest)
+        if common(df, newest) and not term.weak:  # this history's function word (a speaker's name in every turn)
+            term = replace(term, weak=True)
         kept.append((bm25_idf(newest, df), term, not found.complete))
         sets.append(set(found.ids))
     mass = sum(w for w, _, _ in kept) + (len(terms) - len(kept)) * bm25_idf(newest, 0)
