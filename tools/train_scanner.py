@@ -61,6 +61,11 @@ def features(rows: list[dict[str, Any]]) -> list[np.ndarray]:
     return [featurize(prepare(normalize(r["text"]).skel)) for r in rows]
 
 
+def text_length(row: dict[str, Any]) -> int:
+    """Length of the text the model reads (for :func:`length_balanced`)."""
+    return len(prepare(normalize(row["text"]).skel))
+
+
 def signals(rows: list[dict[str, Any]]) -> np.ndarray:
     """(blocked without the model, a weak signal the model can support) per row, write context."""
     return np.array([rule_signals(r["text"], "write") for r in rows], dtype=bool).reshape(len(rows), 2)
@@ -76,14 +81,40 @@ def _matrix(feats: list[np.ndarray]):
     return csr_matrix((data, indices, indptr), shape=(len(feats), DIM))
 
 
-def fit(feats: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
-    """L2-regularized logistic regression, class-balanced, fitted with L-BFGS (deterministic)."""
+LENGTH_BANDS = (300, 800, 1600)  # characters of the prepared text
+MAX_BAND_FACTOR = 20.0
+
+
+def length_balanced(sw: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Give benign rows more weight in the length bands where they are scarce, so length is not read as attack.
+
+    Attacks in the public corpora are often long (jailbreak templates) while most benign rows are short notes,
+    so a plain fit learns "long means attack" and flags long ordinary documents. In each length band where
+    benign rows are fewer than attacks, each benign row's weight is multiplied by
+    sqrt(attacks in the band / benign rows in the band) (at most ``MAX_BAND_FACTOR``). Attacks and the
+    benign rows of the other bands keep their weights, so short texts are judged as before.
+    """
+    band = np.digitize(lengths, LENGTH_BANDS)
+    out = sw.copy()
+    for b in np.unique(band):
+        ben = (band == b) & (y == 0)
+        n_att, n_ben = int(((band == b) & (y > 0)).sum()), int(ben.sum())
+        if n_ben and n_att > n_ben:
+            out[ben] *= min(float(np.sqrt(n_att / n_ben)), MAX_BAND_FACTOR)
+    return out
+
+
+def fit(feats: list[np.ndarray], y: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """L2-regularized logistic regression, class-balanced (and balanced within length bands when ``lengths``
+    is given, see :func:`length_balanced`), fitted with L-BFGS (deterministic)."""
     from scipy.optimize import minimize
 
     X = _matrix(feats)
     yy = y.astype(np.float64)
     n_pos, n_neg = max(yy.sum(), 1.0), max(len(yy) - yy.sum(), 1.0)
     sw = np.where(yy > 0, len(yy) / (2 * n_pos), len(yy) / (2 * n_neg))
+    if lengths is not None:
+        sw = length_balanced(sw, yy, np.asarray(lengths))
     cols = np.unique(X.indices)  # optimize only the buckets that occur (the rest stay 0)
     Xc = X[:, cols].tocsr()
 
@@ -142,16 +173,20 @@ def choose_thresholds(
 
 
 def _fit_cached(
-    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: list[np.ndarray], y: np.ndarray
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None,
+    ids: list[str],
+    feats: list[np.ndarray],
+    y: np.ndarray,
+    lengths: np.ndarray,
 ) -> tuple[np.ndarray, float]:
     """:func:`fit`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
     fit is the same fit). The leave-one-source-out evaluation fits "every source but A and B" both in A's
     and in B's outer fold; the cache halves its work without changing a number."""
     if fits is None:
-        return fit(feats, y)
+        return fit(feats, y, lengths)
     key = tuple(ids)
     if key not in fits:
-        fits[key] = fit(feats, y)
+        fits[key] = fit(feats, y, lengths)
     return fits[key]
 
 
@@ -168,6 +203,7 @@ def train(
     idx = trainable(rows)
     y = np.array([rows[i]["label"] == "attack" for i in idx], dtype=np.int8)
     groups = [source_of(rows[i]) for i in idx]
+    lengths = np.array([text_length(rows[i]) for i in idx])
     oof = np.zeros(len(idx))
     scored = np.zeros(len(idx), dtype=bool)
     for g in sorted(set(groups)):
@@ -175,12 +211,12 @@ def train(
         te = [k for k, gg in enumerate(groups) if gg == g]
         if len(set(y[tr])) < 2:
             continue
-        w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr])
+        w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr], lengths[tr])
         for k in te:
             oof[k] = _prob(w, b, feats[idx[k]])
             scored[k] = True
     thr, sup = choose_thresholds(oof[scored], y[scored], sig[idx][scored])
-    w, b = fit([feats[i] for i in idx], y)
+    w, b = fit([feats[i] for i in idx], y, lengths)
     meta = {
         "threshold": thr,
         "support_threshold": sup,
@@ -188,6 +224,7 @@ def train(
         "fp_target": FP_TARGET,
         "seed": SEED,
         "C": C,
+        "length_bands": list(LENGTH_BANDS),
         "rows": len(idx),
         "dim": DIM,
         "sources": sorted(set(groups)),
