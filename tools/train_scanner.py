@@ -50,7 +50,7 @@ def source_of(row: dict[str, Any]) -> str:
     src = row["source"]
     if src.startswith("pypi:"):
         return src.split(":")[1].split("==")[0]
-    return src.split(" ")[0].split(":")[0]  # ironmem-handwritten, pypi-readmes:<package>... -> pypi-readmes
+    return src.split(" ")[0]
 
 
 def load_corpus(path: Path = CORPUS) -> list[dict[str, Any]]:
@@ -59,11 +59,6 @@ def load_corpus(path: Path = CORPUS) -> list[dict[str, Any]]:
 
 def features(rows: list[dict[str, Any]]) -> list[np.ndarray]:
     return [featurize(prepare(normalize(r["text"]).skel)) for r in rows]
-
-
-def text_length(row: dict[str, Any]) -> int:
-    """Length of the text the model reads (for :func:`length_balanced`)."""
-    return len(prepare(normalize(row["text"]).skel))
 
 
 def signals(rows: list[dict[str, Any]]) -> np.ndarray:
@@ -81,40 +76,14 @@ def _matrix(feats: list[np.ndarray]):
     return csr_matrix((data, indices, indptr), shape=(len(feats), DIM))
 
 
-LENGTH_BANDS = (300, 800, 1600)  # characters of the prepared text
-MAX_BAND_FACTOR = 20.0
-
-
-def length_balanced(sw: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Give benign rows more weight in the length bands where they are scarce, so length is not read as attack.
-
-    Attacks in the public corpora are often long (jailbreak templates) while most benign rows are short notes,
-    so a plain fit learns "long means attack" and flags long ordinary documents. In each length band where
-    benign rows are fewer than attacks, each benign row's weight is multiplied by
-    sqrt(attacks in the band / benign rows in the band) (at most ``MAX_BAND_FACTOR``). Attacks and the
-    benign rows of the other bands keep their weights, so short texts are judged as before.
-    """
-    band = np.digitize(lengths, LENGTH_BANDS)
-    out = sw.copy()
-    for b in np.unique(band):
-        ben = (band == b) & (y == 0)
-        n_att, n_ben = int(((band == b) & (y > 0)).sum()), int(ben.sum())
-        if n_ben and n_att > n_ben:
-            out[ben] *= min(float(np.sqrt(n_att / n_ben)), MAX_BAND_FACTOR)
-    return out
-
-
-def fit(feats: list[np.ndarray], y: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """L2-regularized logistic regression, class-balanced (and balanced within length bands when ``lengths``
-    is given, see :func:`length_balanced`), fitted with L-BFGS (deterministic)."""
+def fit(feats: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
+    """L2-regularized logistic regression, class-balanced, fitted with L-BFGS (deterministic)."""
     from scipy.optimize import minimize
 
     X = _matrix(feats)
     yy = y.astype(np.float64)
     n_pos, n_neg = max(yy.sum(), 1.0), max(len(yy) - yy.sum(), 1.0)
     sw = np.where(yy > 0, len(yy) / (2 * n_pos), len(yy) / (2 * n_neg))
-    if lengths is not None:
-        sw = length_balanced(sw, yy, np.asarray(lengths))
     cols = np.unique(X.indices)  # optimize only the buckets that occur (the rest stay 0)
     Xc = X[:, cols].tocsr()
 
@@ -173,20 +142,16 @@ def choose_thresholds(
 
 
 def _fit_cached(
-    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None,
-    ids: list[str],
-    feats: list[np.ndarray],
-    y: np.ndarray,
-    lengths: np.ndarray,
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: list[np.ndarray], y: np.ndarray
 ) -> tuple[np.ndarray, float]:
     """:func:`fit`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
     fit is the same fit). The leave-one-source-out evaluation fits "every source but A and B" both in A's
     and in B's outer fold; the cache halves its work without changing a number."""
     if fits is None:
-        return fit(feats, y, lengths)
+        return fit(feats, y)
     key = tuple(ids)
     if key not in fits:
-        fits[key] = fit(feats, y, lengths)
+        fits[key] = fit(feats, y)
     return fits[key]
 
 
@@ -203,7 +168,6 @@ def train(
     idx = trainable(rows)
     y = np.array([rows[i]["label"] == "attack" for i in idx], dtype=np.int8)
     groups = [source_of(rows[i]) for i in idx]
-    lengths = np.array([text_length(rows[i]) for i in idx])
     oof = np.zeros(len(idx))
     scored = np.zeros(len(idx), dtype=bool)
     for g in sorted(set(groups)):
@@ -211,12 +175,12 @@ def train(
         te = [k for k, gg in enumerate(groups) if gg == g]
         if len(set(y[tr])) < 2:
             continue
-        w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr], lengths[tr])
+        w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr])
         for k in te:
             oof[k] = _prob(w, b, feats[idx[k]])
             scored[k] = True
     thr, sup = choose_thresholds(oof[scored], y[scored], sig[idx][scored])
-    w, b = fit([feats[i] for i in idx], y, lengths)
+    w, b = fit([feats[i] for i in idx], y)
     meta = {
         "threshold": thr,
         "support_threshold": sup,
@@ -224,7 +188,6 @@ def train(
         "fp_target": FP_TARGET,
         "seed": SEED,
         "C": C,
-        "length_bands": list(LENGTH_BANDS),
         "rows": len(idx),
         "dim": DIM,
         "sources": sorted(set(groups)),
