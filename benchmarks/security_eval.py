@@ -141,9 +141,10 @@ def loso(rows: list[dict[str, Any]], context: str = "write") -> tuple[list[bool]
     sig = signals(rows)
     verdicts: list[bool] = [False] * len(rows)
     folds: dict[str, Any] = {}
+    fits: dict[tuple[str, ...], Any] = {}  # "all sources but A and B" is fitted once, for A's and B's fold
     for src in sorted({source_of(r) for r in rows}):
         train_ix = [i for i, r in enumerate(rows) if source_of(r) != src]
-        model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix], sig[train_ix])
+        model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix], sig[train_ix], fits)
         for i, r in enumerate(rows):
             if source_of(r) == src:
                 verdicts[i] = scan_with_model(r["text"], context, model).blocked  # type: ignore[arg-type]

@@ -141,10 +141,29 @@ def choose_thresholds(
     return best[1], best[2]
 
 
+def _fit_cached(
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: list[np.ndarray], y: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """:func:`fit`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
+    fit is the same fit). The leave-one-source-out evaluation fits "every source but A and B" both in A's
+    and in B's outer fold; the cache halves its work without changing a number."""
+    if fits is None:
+        return fit(feats, y)
+    key = tuple(ids)
+    if key not in fits:
+        fits[key] = fit(feats, y)
+    return fits[key]
+
+
 def train(
-    rows: list[dict[str, Any]], feats: list[np.ndarray], sig: np.ndarray | None = None
+    rows: list[dict[str, Any]],
+    feats: list[np.ndarray],
+    sig: np.ndarray | None = None,
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
 ) -> tuple[np.ndarray, float, dict[str, Any]]:
-    """Fit on ``rows`` and pick thresholds by an inner leave-one-source-out (see the module docstring)."""
+    """Fit on ``rows`` and pick thresholds by an inner leave-one-source-out (see the module docstring).
+
+    ``fits``: an optional memo shared between calls (see :func:`_fit_cached`)."""
     sig = signals(rows) if sig is None else sig
     idx = trainable(rows)
     y = np.array([rows[i]["label"] == "attack" for i in idx], dtype=np.int8)
@@ -156,7 +175,7 @@ def train(
         te = [k for k, gg in enumerate(groups) if gg == g]
         if len(set(y[tr])) < 2:
             continue
-        w, b = fit([feats[idx[k]] for k in tr], y[tr])
+        w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr])
         for k in te:
             oof[k] = _prob(w, b, feats[idx[k]])
             scored[k] = True
@@ -177,9 +196,14 @@ def train(
     return w, b, meta
 
 
-def build_model(rows: list[dict[str, Any]], feats: list[np.ndarray] | None = None, sig: np.ndarray | None = None):
+def build_model(
+    rows: list[dict[str, Any]],
+    feats: list[np.ndarray] | None = None,
+    sig: np.ndarray | None = None,
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
+):
     feats = features(rows) if feats is None else feats
-    w, b, meta = train(rows, feats, sig)
+    w, b, meta = train(rows, feats, sig, fits)
     return model_from_arrays(w, b, meta)
 
 
