@@ -151,9 +151,12 @@ def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
         later = by["rewrite_every_turn"]["turns"][1:]
         opening = min((opening_share(t) for t in later), default=0.0)
         least = by["rewrite_every_turn"]["totals"]["min_share_after_first"]
+        under = [f"{t['turn']} ({opening_share(t):.1%})" for t in later if opening_share(t) < REWRITE_MIN_SHARE]
         out.append(("rewrite_every_turn evaluates >= 90% of the prompt that opens each turn after turn 1",
                     opening >= REWRITE_MIN_SHARE,
-                    f"least opening request {opening:.1%}; least turn, all requests {least:.1%}"))
+                    f"least opening request {opening:.1%}; least turn, all requests {least:.1%}; opening requests "
+                    f"under 90%: {', '.join(under) or 'none'} (a turn whose recall and memory match the previous "
+                    f"turn's re-renders a byte-identical block, which the engine re-uses)"))
     for name, result in by.items():
         error = result["totals"]["prediction_error"]
         out.append((f"simulator within 5% of the engine: {name}", abs(error) <= PREDICTION_TOLERANCE,

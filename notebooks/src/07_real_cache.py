@@ -29,9 +29,10 @@
 # one-token batches, which it books as `n_eval`); time to the first token of the answer; the turn's total time.
 #
 # The figures come from `python benchmarks/real_cache.py --json notebooks/data/real_cache.json --tokens
-# notebooks/data/real_cache_tokens.json.gz` (the turn count and the machine's load are printed below: the run was
-# made on 2 CPU cores shared with other jobs, so the times are wall times of a busy machine; the token counts do
-# not depend on load). This notebook only reads them, plots them, and re-runs the simulator over the recorded token
+# notebooks/data/real_cache_tokens.json.gz`, here as two runs of the same recorded session (two strategies each,
+# in parallel, joined with `--merge`; each run's date and load are printed below). The machine's 2 CPU cores were
+# shared with other jobs, so wall times depend on the load and the two runs saw different loads: compare CPU times
+# (and the token counts, which do not depend on load at all). This notebook only reads them, plots them, and re-runs the simulator over the recorded token
 # ids - it does not run the model. Re-run the benchmark to refresh them.
 
 # %%
@@ -248,6 +249,9 @@ for name, error in errors.items():
 # search results, where mem0's and LangMem's examples put them), then the memory as it is on disk now. The recall
 # changes with every message, at the very start of the prompt, so the engine evaluates nearly the whole prompt again
 # on every turn: the static instructions, the tool schemas, the memory and the whole history all come after it.
+# The exception is real too: when a message recalls exactly what the previous one did and no write came between,
+# the re-rendered block is byte-identical and the engine re-uses the whole prompt (turn 25 here: its recall is
+# turn 24's). A per-message retrieval in the system prompt is cheap exactly when it brings nothing new.
 # Only the follow-up request of a write turn (the scripted tool call and its result, sent within the same turn)
 # re-uses the prompt that opened the turn, as it would under any strategy. An earlier version of this notebook put
 # the recall after the re-rendered snapshot; between writes the snapshot is byte-identical, so the engine re-used
