@@ -142,8 +142,9 @@ class Recall:
         tokens. They keep their places in the budget (the selection is the same either way).
 
         Example:
-            >>> Recall((RecallItem("history", "a", repeat=True), RecallItem("history", "b"))).fresh().text
-            '## From past conversations\n- b'
+            >>> recall = Recall((RecallItem("history", "a", repeat=True), RecallItem("history", "b")))
+            >>> [item.text for item in recall.fresh().items]
+            ['b']
         """
         kept = tuple(item for item in self.items if not item.repeat)
         return self if len(kept) == len(self.items) else Recall(kept, query=self.query, dropped=self.dropped)
