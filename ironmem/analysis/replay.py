@@ -471,7 +471,8 @@ def record_session(
                 records.append(
                     TurnRecord(
                         at=now, user=user, assistant=assistant, recall_fenced=recall.fenced(),
-                        recall_text=recall.text if recall else "", fresh_fenced=recall.fresh().fenced(), snapshot_now=snapshot_now, tool_call=call,
+                        recall_text=recall.text if recall else "", fresh_fenced=recall.fresh().fenced(),
+                        snapshot_now=snapshot_now, tool_call=call,
                         tool_result=result_text, tool_at=now + tool_latency_s if call else 0.0,
                     )
                 )
