@@ -25,9 +25,10 @@ Per turn: prompt tokens (the model's own tokenizer), tokens the engine really ev
 (:class:`ironmem.analysis.cache.LlamaCppPolicy`), time to the first token of the answer and the turn's total time.
 
 Exit status 1 when a target of issue 17 is missed: frozen_replay evaluates <= 10% of each turn's prompt tokens
-after the first turn, rewrite_every_turn >= 90% of the prompt that opens each turn (a write turn's follow-up request
-re-uses that prompt under every strategy, so the turn as a whole is ~50%; both are printed), the simulator within 5%
-of the engine per strategy. ``--recheck`` re-reads ``--json`` and recomputes the checks and the report only;
+after the first turn, rewrite_every_turn >= 90% of the prompt that opens each turn whose memory block it rewrote (a
+write turn's follow-up request re-uses that prompt under every strategy, so the turn as a whole is ~50%; both are
+printed; a turn whose re-rendered system prompt is byte-identical to the previous turn's, ``system_unchanged``, is
+listed apart: nothing was rewritten and the engine re-uses it), the simulator within 5% of the engine per strategy. ``--recheck`` re-reads ``--json`` and recomputes the checks and the report only;
 ``--merge A.json B.json`` joins runs of the same session measured in separate processes (e.g. two strategies at
 a time, in parallel) into ``--json`` / ``--tokens``.
 """
@@ -147,16 +148,20 @@ def check(doc: dict[str, Any]) -> list[tuple[str, bool, str]]:
         # The request that opens a turn carries the re-rendered memory block; on a write turn the follow-up request
         # (tool call + result appended to the same prompt) re-uses that prompt, as it would under any strategy, so
         # the turn as a whole evaluates about half its two prompts. Both figures are reported; the target is on the
-        # opening request.
+        # opening request of every turn whose re-render changed the memory block. A turn whose recall and memory
+        # match the previous turn's re-renders a byte-identical system prompt ("system_unchanged"): nothing was
+        # rewritten, any prefix cache re-uses it, and it is listed apart rather than counted against the target.
         later = by["rewrite_every_turn"]["turns"][1:]
-        opening = min((opening_share(t) for t in later), default=0.0)
+        rewritten = [t for t in later if not t.get("system_unchanged", False)]
+        same = [f"{t['turn']} ({opening_share(t):.1%})" for t in later if t.get("system_unchanged", False)]
+        opening = min((opening_share(t) for t in rewritten), default=0.0)
         least = by["rewrite_every_turn"]["totals"]["min_share_after_first"]
-        under = [f"{t['turn']} ({opening_share(t):.1%})" for t in later if opening_share(t) < REWRITE_MIN_SHARE]
-        out.append(("rewrite_every_turn evaluates >= 90% of the prompt that opens each turn after turn 1",
-                    opening >= REWRITE_MIN_SHARE,
-                    f"least opening request {opening:.1%}; least turn, all requests {least:.1%}; opening requests "
-                    f"under 90%: {', '.join(under) or 'none'} (a turn whose recall and memory match the previous "
-                    f"turn's re-renders a byte-identical block, which the engine re-uses)"))
+        under = [f"{t['turn']} ({opening_share(t):.1%})" for t in rewritten if opening_share(t) < REWRITE_MIN_SHARE]
+        out.append(("rewrite_every_turn evaluates >= 90% of the prompt that opens each turn whose memory block it "
+                    "rewrote", bool(rewritten) and opening >= REWRITE_MIN_SHARE,
+                    f"{len(rewritten)} of {len(later)} turns after turn 1 rewrote the block; least opening request "
+                    f"{opening:.1%}; under 90%: {', '.join(under) or 'none'}; re-rendered byte-identical (re-used by "
+                    f"the engine, not a rewrite): {', '.join(same) or 'none'}; least turn, all requests {least:.1%}"))
     for name, result in by.items():
         error = result["totals"]["prediction_error"]
         out.append((f"simulator within 5% of the engine: {name}", abs(error) <= PREDICTION_TOLERANCE,

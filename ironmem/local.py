@@ -510,6 +510,9 @@ class TurnMeasurement:
     turn: int
     requests: tuple[RequestMeasurement, ...]
     answer: str
+    #: The system prompt (memory block included) of the turn's opening request is byte-identical to the previous
+    #: turn's: under ``rewrite_every_turn`` the re-render brought nothing new, so any prefix cache re-uses it.
+    system_unchanged: bool = False
 
     @property
     def prompt_tokens(self) -> int:
@@ -545,6 +548,7 @@ class TurnMeasurement:
             "ttft_s": round(self.ttft_s, 6),
             "total_s": round(self.total_s, 6),
             "answer": self.answer,
+            "system_unchanged": self.system_unchanged,
             "requests": [r.to_dict() for r in self.requests],
         }
 
@@ -645,6 +649,30 @@ def strategy_requests(script: Any, strategy: str, answers: Sequence[str], turn: 
     return mine
 
 
+def opening_systems(script: Any, strategy: str, turns: int | None = None) -> list[tuple[str, ...]]:
+    """The system prompt blocks of the request that opens each turn of ``script`` under ``strategy`` (they do
+    not depend on the model's answers, which only enter the messages).
+
+    Example:
+        >>> from ironmem.analysis.replay import SessionScript, TurnRecord
+        >>> turn = TurnRecord(at=0.0, user="hi", assistant="hello", recall_fenced="", recall_text="",
+        ...                   fresh_fenced="", snapshot_now="## Memory")
+        >>> script = SessionScript("Be brief.", "## Memory", (), (), (turn, turn))
+        >>> opening_systems(script, "rewrite_every_turn")
+        [('Be brief.', '## Memory'), ('Be brief.', '## Memory')]
+    """
+    from .analysis.replay import build_requests
+
+    count = len(script.turns) if turns is None else turns
+    out: list[tuple[str, ...]] = []
+    requests = build_requests(script, strategy)
+    position = 0
+    for turn in script.turns[:count]:
+        out.append(requests[position][1].system)
+        position += 2 if turn.tool_call is not None and strategy != "no_memory" else 1
+    return out
+
+
 def run_strategy(
     model: LocalModel,
     script: Any,
@@ -682,6 +710,7 @@ def run_strategy(
     measured: list[TurnMeasurement] = []
     kept: list[dict[str, list[int]]] = []
     previous: tuple[list[int], list[int]] | None = None  # the last request's prompt and its evaluated reply
+    systems = opening_systems(script, strategy, count)
     for index in range(count):
         requests = strategy_requests(script, strategy, answers, index, rewrite_position)
         rows: list[RequestMeasurement] = []
@@ -714,7 +743,8 @@ def run_strategy(
             if not scripted:
                 answer = generation.text
         answers.append(answer)
-        measured.append(TurnMeasurement(index + 1, tuple(rows), answer))
+        unchanged = index > 0 and systems[index] == systems[index - 1]
+        measured.append(TurnMeasurement(index + 1, tuple(rows), answer, unchanged))
         if progress is not None:
             progress(strategy, measured[-1])
     result: dict[str, Any] = {

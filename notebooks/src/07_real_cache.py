@@ -251,7 +251,9 @@ for name, error in errors.items():
 # on every turn: the static instructions, the tool schemas, the memory and the whole history all come after it.
 # The exception is real too: when a message recalls exactly what the previous one did and no write came between,
 # the re-rendered block is byte-identical and the engine re-uses the whole prompt (turn 25 here: its recall is
-# turn 24's). A per-message retrieval in the system prompt is cheap exactly when it brings nothing new.
+# turn 24's). A per-message retrieval in the system prompt is cheap exactly when it brings nothing new. Each measured
+# turn records whether its system prompt is byte-identical to the previous turn's (`system_unchanged`); the
+# benchmark's rewrite check counts the 90% target on the turns that were really rewritten and lists the others.
 # Only the follow-up request of a write turn (the scripted tool call and its result, sent within the same turn)
 # re-uses the prompt that opened the turn, as it would under any strategy. An earlier version of this notebook put
 # the recall after the re-rendered snapshot; between writes the snapshot is byte-identical, so the engine re-used
