@@ -6,6 +6,7 @@
     python benchmarks/recall_quality.py --seed 7   # another draw of the generator: tune on this one, never on 1234
     python benchmarks/recall_quality.py --family b # held out by source: other templates, filler and asides
     python benchmarks/recall_quality.py --family c # held out: casual two-person chat (names in every turn)
+    python benchmarks/recall_quality.py --family d # held out, written blind: life events that come back in many sessions
     python benchmarks/recall_quality.py --dense-noise 0.09   # a weak dense model (the regime of real data)
 
 recall@k of a question is the share of its evidence turns among the first k results (LoCoMo's retrieval
@@ -307,8 +308,8 @@ def main() -> int:
     ap.add_argument("--dense-noise", type=float, default=0.0, metavar="SIGMA",
                     help="add Gaussian noise (per dimension) to every MiniLM vector: a weak dense model, as on real "
                          "conversations where MiniLM ranks far below BM25 (0.09 puts it ~25 points below here)")
-    ap.add_argument("--family", default="a", choices=["a", "b", "c"],
-                    help="template family: a (reported), b (held out by source: other templates and filler), c (held out: casual two-person chat, names in every turn, facts in replies)")
+    ap.add_argument("--family", default="a", choices=["a", "b", "c", "d"],
+                    help="template family: a (reported), b (held out by source: other templates and filler), c (casual two-person chat, names in every turn, facts in replies), d (held out, written blind: a speaker's life events come back in many sessions, one turn holds the detail asked about)")
     ap.add_argument("--seed", type=int, default=1234,
                     help="generator seed (1234: the reported split; tune anything on another seed, e.g. 7)")
     args = ap.parse_args()
