@@ -98,3 +98,29 @@ def test_the_fusion_ceiling_is_at_least_each_of_the_two_lists_it_unites() -> Non
         for qtype, row in ceiling.items():
             for method in ("session_search", "dense"):
                 assert row[f"recall@{k}"] >= report["results"][method][qtype][f"recall@{k}"]
+
+
+
+def test_the_life_event_family_brings_each_event_back_without_its_detail() -> None:
+    import re
+
+    from recall_data import EVENTS_D
+
+    def pattern(template: str) -> re.Pattern[str]:
+        return re.compile(".+".join(map(re.escape, re.split(r"\{\w+\}", template))) + "$")
+
+    convs = generate(conversations=2, family="d")
+    assert [t.text for t in convs[0].turns] == [t.text for t in generate(conversations=2, family="d")[0].turns]
+    for conv in convs:
+        assert len(conv.questions) == len(EVENTS_D)
+        stamps = [t.ts for t in conv.turns]
+        assert stamps == sorted(stamps)
+        for q, (qtype, statements, _question, follow) in zip(conv.questions, EVENTS_D):
+            assert q.qtype == qtype and not {"I", "my", "me"} & set(q.text.rstrip("?").split())  # third person
+            told = [next(t.id for t in conv.turns if pattern(reply).match(t.assistant)) for _, reply in statements]
+            assert told == sorted(told) and conv.turns[told[0]].session < conv.turns[told[-1]].session or len(told) == 1
+            # a knowledge update: only the later statement is evidence
+            assert q.evidence == (told[-1:] if qtype == "knowledge-update" else told)
+            for _, reply in follow:  # the event comes back later, without the detail, and is not evidence
+                again = [t.id for t in conv.turns if pattern(reply).match(t.assistant)]
+                assert again and not set(again) & set(q.evidence) and max(again) > told[0]
