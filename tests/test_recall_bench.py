@@ -124,3 +124,25 @@ def test_the_life_event_family_brings_each_event_back_without_its_detail() -> No
             for _, reply in follow:  # the event comes back later, without the detail, and is not evidence
                 again = [t.id for t in conv.turns if pattern(reply).match(t.assistant)]
                 assert again and not set(again) & set(q.evidence) and max(again) > told[0]
+
+
+def test_the_dense_gap_calibration_puts_dense_that_far_below_bm25s() -> None:
+    pytest.importorskip("bm25s")
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    if embeddings_missing():
+        pytest.skip(embeddings_missing())
+    from recall_quality import CachedEmbedder, calibrate_noise
+
+    data = generate(conversations=1, sessions=4, turns_per_session=10)
+    embedder = CachedEmbedder()
+    clean = calibrate_noise(data, 0.0, embedder)
+    weak = calibrate_noise(data, 20.0, embedder)
+    assert clean["bm25s"] == weak["bm25s"] and weak["gap"] == 20.0
+    # the smallest noise found that brings dense at or under bm25s - 20, and more noise than for a gap of 0
+    assert weak["dense"] <= weak["bm25s"] - 20.0 and weak["noise"] > clean["noise"]
+    # the embedder is left clean (the benchmark sets the noise it runs with), its clean vectors kept
+    text = data[0].turns[0].text
+    assert embedder.noise == 0.0 and embedder([text])[0] is embedder.clean[text]
+    embedder.set_noise(weak["noise"])
+    assert embedder([text])[0] is not embedder.clean[text] and embedder.model_id.endswith(f"+noise{weak['noise']}")
