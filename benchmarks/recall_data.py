@@ -10,8 +10,12 @@ and has a type:
 - ``preference``: the user's tastes, stated once in passing.
 - ``knowledge-update``: a later turn overrides an earlier one; the evidence is the LATER turn only.
 
-Family ``c`` (held out, written before any result on it was seen) is a casual chat between two friends: names in
+Family ``c`` (written before any result on it was seen) is a casual chat between two friends: names in
 every turn, facts often told in a reply whose words do not name the topic, questions in the third person.
+
+Family ``d`` (held out, written before any result on it was seen and never changed afterwards) follows the
+published shape of LoCoMo: two speakers, messages of one to three sentences, and each speaker's life events
+coming back session after session; only the one turn holding the detail asked about is evidence.
 
 Questions come in two styles, chosen at random per fact: one reuses a word of the evidence (a name, a place),
 the other (a third of questions, ``PARAPHRASE_SHARE``) paraphrases it (instrument -> "musical instrument",
@@ -535,12 +539,179 @@ def _generate_chat(conversations: int, sessions: int, turns_per_session: int, se
         out.append(conv)
     return out
 
-#: The template families: ``a`` (the reported dataset, seen while choosing parameters on seed 7) and ``b``
-#: (held out: never used to choose anything).
+
+# -- family "d": life events that run through the conversation (held out, written blind) ---------------------------
+# Written before any result on it was seen and never changed afterwards (not even to move a figure). Designed from
+# the published description of LoCoMo (Maharana et al., 2024: two speakers, about 300 turns and 9K tokens, so
+# about 30 tokens a message, over up to 35 sessions; each speaker's conversation follows a persona and a graph of
+# up to 25 life events spread over months). What families a-c lack and this one has: a speaker's OWN life events
+# come back session after session ("the puppy chewed my shoes again", "violin practice went badly"), so every
+# question's topic has many turns by the same person about the same thing, and only the one holding the detail
+# asked about is evidence. Messages are one to three sentences; names are in every turn (as in c).
+#: ``(type, [evidence statements: (a's message, b's reply)], question, [follow-ups on the same event, no detail])``
+EVENTS_D: list[tuple[str, list[tuple[str, str]], str, list[tuple[str, str]]]] = [
+    ("single-hop", [("{a}: any news on the pet front?",
+                     "{b}: we adopted a {pet} on Saturday and called her {petname}. She hid under the bed all day.")],
+     "What did {b} name the {pet}?",
+     [("{a}: how's the {pet} settling in?", "{b}: she finally eats from my hand, such a relief honestly."),
+      ("{a}: you look exhausted", "{b}: the {pet} woke me up at five again, she wants breakfast early."),
+      ("{a}: is the {pet} still scared of the vacuum?", "{b}: less now, she just watches it from the sofa.")]),
+    ("single-hop", [("{a}: how did the interviews go?",
+                     "{b}: I got the offer! I start as a {job} at {company} in two weeks.")],
+     "Which company hired {b}?",
+     [("{a}: first week at the new job?", "{b}: so many meetings, but the team seems kind."),
+      ("{a}: still happy with the new job?", "{b}: mostly, the commute is long but the work is interesting."),
+      ("{a}: you're working late again", "{b}: deadline at work, the new job is intense this month.")]),
+    ("single-hop", [("{a}: how are the lessons going?",
+                     "{b}: good! {teacher} says my bowing on the {instrument} is getting cleaner.")],
+     "Who teaches {b} the {instrument}?",
+     [("{a}: did you practise today?", "{b}: an hour of scales on the {instrument}, my fingers are sore."),
+      ("{a}: when is your recital?", "{b}: not for months, I'm nowhere near ready to play in public."),
+      ("{a}: can you play something for me?", "{b}: maybe next time, I only know two pieces on the {instrument} so far.")]),
+    ("single-hop", [("{a}: what did the allergist say?",
+                     "{b}: it's {allergen}. The test lit up immediately, so no more of that for me.")],
+     "What is {b} allergic to?",
+     [("{a}: how's the diet with the allergy?", "{b}: annoying, I read every label at the supermarket now."),
+      ("{a}: want to try the new thai place?", "{b}: only if they can tell me what's in the sauces, allergy stuff."),
+      ("{a}: did you have a reaction again?", "{b}: a mild one at the wedding, the food wasn't labelled.")]),
+    ("single-hop", [("{a}: what did you end up getting for {friend}?",
+                     "{b}: a {gift}, she has wanted one for ages.")],
+     "What did {b} give {friend} as a present?",
+     [("{a}: is {friend}'s party still on?", "{b}: yes, saturday at her place, I still need to wrap the present."),
+      ("{a}: did {friend} like the present?", "{b}: she loved it, she sent me a photo using it."),
+      ("{a}: how was {friend}'s birthday?", "{b}: lovely, we stayed up way too late talking.")]),
+    ("single-hop", [("{a}: how's the training going?",
+                     "{b}: I'm up to {km} km a week now for the {race}, legs are holding up.")],
+     "How many km a week is {b} running?",
+     [("{a}: did you run today?", "{b}: just an easy loop, the {race} plan says rest after long days."),
+      ("{a}: new running shoes?", "{b}: yes, my old ones were falling apart with all the training."),
+      ("{a}: you look fit", "{b}: thanks, all this running for the {race} is paying off.")]),
+    ("preference", [("{a}: what do you listen to while you work?",
+                     "{b}: {genre}, anything with words distracts me.")],
+     "What music does {b} work to?",
+     [("{a}: how do you get through those long reports?", "{b}: headphones on, same playlist every day."),
+      ("{a}: did you find a new playlist?", "{b}: no, I keep going back to my old work one."),
+      ("{a}: the open office sounds loud", "{b}: it is, I can't write anything without music.")]),
+    ("preference", [("{a}: where do you want to go this summer?",
+                     "{b}: somewhere quiet, I'd rather go {travelpref} than lie on a crowded beach.")],
+     "What kind of holiday does {b} prefer?",
+     [("{a}: did you book the summer trip?", "{b}: not yet, still comparing places."),
+      ("{a}: any holiday plans?", "{b}: thinking about it, I really need a break from everything."),
+      ("{a}: that trip looks fun", "{b}: it does, maybe next year when work calms down.")]),
+    ("temporal", [("{a}: how was the trip?",
+                   "{b}: we landed from {place} last night, it was unreal, I want to go back already.")],
+     "When did {b} come back from {place}?",
+     [("{a}: did you sort the photos from the trip?", "{b}: half of them, there are hundreds."),
+      ("{a}: still jet-lagged?", "{b}: a bit, I woke up at 3am wide awake."),
+      ("{a}: what was the best part of the trip?", "{b}: the food, hands down, I miss it every day.")]),
+    ("temporal", [("{a}: how did it go today?",
+                   "{b}: I finished my first {race}! Slow, but I crossed the line.")],
+     "When did {b} run the {race}?",
+     [("{a}: are your legs recovered?", "{b}: finally, stairs were a nightmare for three days."),
+      ("{a}: signing up for another race?", "{b}: maybe in autumn, I need a break first."),
+      ("{a}: did you get a medal?", "{b}: yes, it's hanging on my bookshelf now.")]),
+    ("temporal", [("{a}: how was the concert?",
+                   "{b}: {band} played for almost three hours tonight, best gig of my life.")],
+     "When did {b} see {band} live?",
+     [("{a}: still humming the songs?", "{b}: all week, I've had the setlist on repeat."),
+      ("{a}: did you buy merch?", "{b}: a t-shirt, way too expensive but worth it."),
+      ("{a}: would you go again?", "{b}: in a heartbeat, I'm watching the tour dates.")]),
+    ("multi-hop", [("{a}: who's the friend you keep mentioning?",
+                    "{b}: {friend2}, from uni. He works as a {job2} now."),
+                   ("{a}: plans for saturday?",
+                    "{b}: {friend2} invited me to {event}, should be fun.")],
+     "What does the friend who invited {b} to {event} do for work?",
+     [("{a}: are you still in touch with your uni friends?", "{b}: with one or two, we have dinner sometimes."),
+      ("{a}: how was saturday?", "{b}: fun, I stayed out way too late."),
+      ("{a}: who was at the party?", "{b}: mostly people I didn't know, but they were nice.")]),
+    ("multi-hop", [("{a}: how's your {sibling}?",
+                    "{b}: {sibname} moved to {city} in the spring, loves it there."),
+                   ("{a}: any travel plans?",
+                    "{b}: I'm flying out to visit {sibname} in {month}, already booked.")],
+     "Which city is {b} flying to in {month}?",
+     [("{a}: do you miss your {sibling}?", "{b}: a lot, we used to see each other every week."),
+      ("{a}: did you call your family this weekend?", "{b}: yes, a long video call, everyone's fine."),
+      ("{a}: packing yet?", "{b}: not at all, I always pack the night before.")]),
+    ("knowledge-update", [("{a}: how's the flat?", "{b}: fine, {city} is nice but the rent keeps going up."),
+                          ("{a}: how's the move going?",
+                           "{b}: we're in {city2} now, boxes everywhere but it already feels like home.")],
+     "Where does {b} live now?",
+     [("{a}: found a flat yet?", "{b}: still looking, everything is either tiny or far away."),
+      ("{a}: did you sign the lease?", "{b}: yes, finally, moving day is in two weeks."),
+      ("{a}: do you like the new neighbourhood?", "{b}: so far, there's a great bakery around the corner.")]),
+    ("knowledge-update", [("{a}: how's work?", "{b}: good, {boss} is my manager and she's very supportive."),
+                          ("{a}: any news from work?",
+                           "{b}: big reorg, {boss2} is my manager now and {boss} moved to another team.")],
+     "Who is {b}'s manager now?",
+     [("{a}: how was the performance review?", "{b}: fine, my manager was fair about it."),
+      ("{a}: still getting along with your boss?", "{b}: mostly, we disagree about deadlines sometimes."),
+      ("{a}: is the reorg settling down?", "{b}: slowly, everyone is still confused about who does what.")]),
+    ("knowledge-update", [("{a}: still on the old phone?", "{b}: yes, {phone}, it does the job."),
+                          ("{a}: new phone?", "{b}: I switched to {phone2}, the battery lasts two days.")],
+     "What phone does {b} use now?",
+     [("{a}: why didn't you answer?", "{b}: my phone died again, the battery is hopeless."),
+      ("{a}: did you back up your photos?", "{b}: yes, before I reset the phone."),
+      ("{a}: is the new phone any good?", "{b}: I like it, the camera is much better.")]),
+]
+
+
+def _generate_events(conversations: int, sessions: int, turns_per_session: int, seed: int) -> list[Conversation]:
+    """Family ``d``: two friends; each of ``b``'s life events (:data:`EVENTS_D`) is told once with its detail
+    and comes back in later sessions without it; the rest is everyday chat (family c's filler)."""
+    rng = random.Random(seed)
+    out: list[Conversation] = []
+    total = sessions * turns_per_session
+    for c in range(conversations):
+        conv = Conversation(name=f"events-{c + 1}")
+        a, b = rng.sample(SPEAKERS_C, 2)
+        plan: dict[int, tuple[int, int, str, str]] = {}  # position -> (event, part; -1 for a follow-up)
+        event_slots: list[dict[str, str]] = []
+        taken: set[int] = set()
+        for e, (_qtype, statements, _question, follow) in enumerate(EVENTS_D):
+            slots = _slots(rng) | {"a": a, "b": b}
+            event_slots.append(slots)
+            while True:  # the statements in different sessions, in order; the follow-ups after the first
+                positions = sorted(rng.sample(range(total), len(statements)))
+                if taken.isdisjoint(positions) and (len(positions) == 1 or
+                                                    positions[1] // turns_per_session > positions[0] // turns_per_session):
+                    break
+            for part, pos in enumerate(positions):
+                taken.add(pos)
+                first, reply = statements[part]
+                plan[pos] = (e, part, _fill(first, slots), _fill(reply, slots))
+            later = [p for p in range(positions[0] + 1, total) if p not in taken]
+            for first, reply in follow:
+                if not later:
+                    break
+                pos = rng.choice(later)
+                later.remove(pos)
+                taken.add(pos)
+                plan[pos] = (e, -1, _fill(first, slots), _fill(reply, slots))
+        start = datetime(2025, 2, 10, 20, 0, tzinfo=UTC) + timedelta(days=rng.randrange(0, 60))
+        evidence: dict[tuple[int, int], int] = {}
+        for pos, session, ts in _schedule(rng, start, total, turns_per_session, gap_days=(3, 14), minutes=2):
+            if pos in plan:
+                e, part, first, reply = plan[pos]
+                if part >= 0:
+                    evidence[(e, part)] = pos
+            else:
+                slots = _slots(rng) | {"a": a, "b": b}
+                first, reply = (_fill(x, slots) for x in rng.choice(TOPICAL_C if rng.random() < 0.35 else FILLER_C))
+            conv.turns.append(Turn(pos, session, ts, first, reply))
+        for e, (qtype, statements, question, _) in enumerate(EVENTS_D):
+            ev = [evidence[(e, 1)]] if qtype == "knowledge-update" else [evidence[(e, p)] for p in range(len(statements))]
+            conv.questions.append(Question(_fill(question, event_slots[e]), qtype, ev, "keyword"))
+        out.append(conv)
+    return out
+
+#: The template families: ``a`` (the reported dataset, seen while choosing parameters on seed 7), ``b``
+#: (held out: never used to choose anything), ``c`` (casual chat: used to fix things, no longer held out) and ``d``
+#: (held out, written blind before any result on it: life events that come back session after session).
 FAMILIES = {
     "a": (lambda: (FACTS, FILLER_USER, TOPICAL, ASIDES, FILLER_ASSISTANT)),
     "b": (lambda: (FACTS_B, FILLER_USER_B, TOPICAL_B, ASIDES_B, FILLER_ASSISTANT_B)),
     "c": None,  # casual two-person chat: its own generator (_generate_chat)
+    "d": None,  # life events that come back session after session: its own generator (_generate_events)
 }
 
 
@@ -582,6 +753,8 @@ def generate(conversations: int = 8, sessions: int = 16, turns_per_session: int 
         raise ValueError(f"unknown template family {family!r}: choose one of {sorted(FAMILIES)}")
     if family == "c":
         return _generate_chat(conversations, sessions, turns_per_session, seed)
+    if family == "d":
+        return _generate_events(conversations, sessions, turns_per_session, seed)
     facts, filler_user, topical, asides, filler_assistant = FAMILIES[family]()
     rng = random.Random(seed)
     out: list[Conversation] = []

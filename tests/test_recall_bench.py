@@ -98,3 +98,51 @@ def test_the_fusion_ceiling_is_at_least_each_of_the_two_lists_it_unites() -> Non
         for qtype, row in ceiling.items():
             for method in ("session_search", "dense"):
                 assert row[f"recall@{k}"] >= report["results"][method][qtype][f"recall@{k}"]
+
+
+
+def test_the_life_event_family_brings_each_event_back_without_its_detail() -> None:
+    import re
+
+    from recall_data import EVENTS_D
+
+    def pattern(template: str) -> re.Pattern[str]:
+        return re.compile(".+".join(map(re.escape, re.split(r"\{\w+\}", template))) + "$")
+
+    convs = generate(conversations=2, family="d")
+    assert [t.text for t in convs[0].turns] == [t.text for t in generate(conversations=2, family="d")[0].turns]
+    for conv in convs:
+        assert len(conv.questions) == len(EVENTS_D)
+        stamps = [t.ts for t in conv.turns]
+        assert stamps == sorted(stamps)
+        for q, (qtype, statements, _question, follow) in zip(conv.questions, EVENTS_D):
+            assert q.qtype == qtype and not {"I", "my", "me"} & set(q.text.rstrip("?").split())  # third person
+            told = [next(t.id for t in conv.turns if pattern(reply).match(t.assistant)) for _, reply in statements]
+            assert told == sorted(told) and conv.turns[told[0]].session < conv.turns[told[-1]].session or len(told) == 1
+            # a knowledge update: only the later statement is evidence
+            assert q.evidence == (told[-1:] if qtype == "knowledge-update" else told)
+            for _, reply in follow:  # the event comes back later, without the detail, and is not evidence
+                again = [t.id for t in conv.turns if pattern(reply).match(t.assistant)]
+                assert again and not set(again) & set(q.evidence) and max(again) > told[0]
+
+
+def test_the_dense_gap_calibration_puts_dense_that_far_below_bm25s() -> None:
+    pytest.importorskip("bm25s")
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    if embeddings_missing():
+        pytest.skip(embeddings_missing())
+    from recall_quality import CachedEmbedder, calibrate_noise
+
+    data = generate(conversations=1, sessions=4, turns_per_session=10)
+    embedder = CachedEmbedder()
+    clean = calibrate_noise(data, 0.0, embedder)
+    weak = calibrate_noise(data, 20.0, embedder)
+    assert clean["bm25s"] == weak["bm25s"] and weak["gap"] == 20.0
+    # the smallest noise found that brings dense at or under bm25s - 20, and more noise than for a gap of 0
+    assert weak["dense"] <= weak["bm25s"] - 20.0 and weak["noise"] > clean["noise"]
+    # the embedder is left clean (the benchmark sets the noise it runs with), its clean vectors kept
+    text = data[0].turns[0].text
+    assert embedder.noise == 0.0 and embedder([text])[0] is embedder.clean[text]
+    embedder.set_noise(weak["noise"])
+    assert embedder([text])[0] is not embedder.clean[text] and embedder.model_id.endswith(f"+noise{weak['noise']}")
