@@ -8,6 +8,8 @@ replaces the original (``os.replace``). Written for these tests; no Hermes code 
 Usage:
     python hermes_style_writer.py add  <memory dir> <count> <prefix> <ready file> <go file>
     python hermes_style_writer.py hold <memory dir> <seconds> <ready file>
+
+``hold`` writes ``<ready file>.released`` (the ``time.time()`` at which it lets go) just before it unlocks.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
         handle = _lock(memory)
         ready.write_text("locked")
         time.sleep(seconds)
+        ready.with_suffix(".released").write_text(repr(time.time()))
         _unlock(handle)
         return
     count, prefix, ready, go = int(sys.argv[3]), sys.argv[4], Path(sys.argv[5]), Path(sys.argv[6])
