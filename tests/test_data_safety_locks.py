@@ -48,9 +48,11 @@ def test_ironmem_takes_hermes_lock_file_beside_the_memory_file(home: Path) -> No
 def test_a_write_waits_while_another_process_holds_hermes_lock(home: Path, tmp_path: Path) -> None:
     ready = tmp_path / "locked"
     with MemoryManager(home=home) as manager:
-        session = manager.start_session()  # before the lock is taken: a slow start on a loaded machine cannot eat the wait
-        holder = subprocess.Popen([sys.executable, str(HELPERS / "hermes_style_writer.py"), "hold", str(home), "1.5",
-                                   str(ready)])
+        # started before the lock is taken, so a slow start on a loaded machine cannot eat the wait
+        session = manager.start_session()
+        holder = subprocess.Popen(
+            [sys.executable, str(HELPERS / "hermes_style_writer.py"), "hold", str(home), "1.5", str(ready)]
+        )
         try:
             _wait_for(ready)
             started = time.time()
