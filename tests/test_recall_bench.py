@@ -146,3 +146,48 @@ def test_the_dense_gap_calibration_puts_dense_that_far_below_bm25s() -> None:
     assert embedder.noise == 0.0 and embedder([text])[0] is embedder.clean[text]
     embedder.set_noise(weak["noise"])
     assert embedder([text])[0] is not embedder.clean[text] and embedder.model_id.endswith(f"+noise{weak['noise']}")
+
+
+def test_the_longmemeval_subset_loads_as_real_turns_with_its_evidence_labels() -> None:
+    """The shipped LongMemEval-S subset: messages paired into turns, evidence = the turns holding a message that
+    LongMemEval labels ``has_answer`` in a supporting session, checked against the raw files."""
+    import gzip
+    import json
+
+    import recall_longmemeval
+
+    (conv,) = recall_longmemeval.load()
+    raw = [json.loads(line) for line in gzip.open(recall_longmemeval.DATA / "sessions.jsonl.gz", "rt")]
+    labelled = [m["content"] for s in raw for m in s["turns"] if m["metadata"].get("has_answer")]
+    messages = sum(len(s["turns"]) for s in raw)
+    assert len(raw) == 82 and messages == 612
+    # every message is in exactly one turn, in order within its session; turns are in date order
+    assert sum(bool(t.user) + bool(t.assistant) for t in conv.turns) == sum(
+        1 for s in raw for m in s["turns"] if m["content"])
+    assert [t.ts for t in conv.turns] == sorted(t.ts for t in conv.turns)
+    assert len(conv.questions) == 15  # 16 questions, one (118b2229) has no labelled message
+    assert {q.qtype for q in conv.questions} == {"single-session", "multi-session", "temporal-reasoning",
+                                                 "knowledge-update"}
+    evidence = {e for q in conv.questions for e in q.evidence}
+    for e in evidence:
+        turn = conv.turns[e]
+        assert turn.user in labelled or turn.assistant in labelled
+    degree = next(q for q in conv.questions if q.text == "What degree did I graduate with?")
+    assert any("Business Administration" in conv.turns[e].user for e in degree.evidence)
+
+
+def test_the_longmemeval_subset_runs_through_the_benchmark() -> None:
+    """Every lexical method on the real subset, per LongMemEval question type, with the scan of its turns."""
+    pytest.importorskip("bm25s")
+    import recall_longmemeval
+    from recall_quality import evaluate
+
+    report = evaluate(recall_longmemeval.load(), dense_ok=False, log_every=False)
+    assert report["methods"] == ["prefetch", "session_search", "bm25s"]
+    for method in report["methods"]:
+        assert report["results"][method]["all"]["n"] == 15
+        assert set(report["results"][method]) == {"all", "single-session", "multi-session", "temporal-reasoning",
+                                                  "knowledge-update"}
+        assert 0.3 < report["results"][method]["all"]["recall@10"] <= 1.0
+    assert report["scan_dropped_count"] == 0
+    assert len(report["scan_blocked_as_recalled"]) <= len(report["scan_blocked_dataset_turns"])
