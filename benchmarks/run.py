@@ -1,6 +1,6 @@
 """Run every ironmem benchmark, print one summary table, write JSON to ``benchmarks/results/<name>.json``.
 
-    python benchmarks/run.py            # the full run (about 6-9 minutes on a 2-core machine, from scratch)
+    python benchmarks/run.py            # the full run (about 20-25 minutes on a 2-core machine, from scratch)
     python benchmarks/run.py --quick    # smaller sizes, fewer turns (about 1-2 minutes)
     python benchmarks/run.py --only turn_overhead,search_latency
 
@@ -26,7 +26,8 @@ Benchmarks:
                   hybrid) and per question type, plus fence tokens per turn, on generated conversations
                   (recall_quality.py, recall_data.py)
   recall_longmemeval  the same on REAL conversations: the LongMemEval-S subset shipped in benchmarks/data
-                  (recall_quality.py --family lme; held out, nothing tuned on it; 15 questions)
+                  (recall_quality.py --family lme; held out, nothing tuned on it; 32 questions; --quick: lexical
+                  methods only, since embedding its 1,906 long turns takes most of 15 minutes)
 
 Optional (not in the default run; add ``--with-postgres`` or name it in ``--only``):
   postgres_bench  PostgreSQL storage vs SQLite vs LangGraph's PostgresStore: session_search and per-turn p50/p95
@@ -55,8 +56,9 @@ OPTIONAL = ["postgres_bench"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
-    if name == "recall_longmemeval":  # recall_quality.py on the real subset (no --quick: it is small already)
-        return [sys.executable, str(HERE / "recall_quality.py"), "--family", "lme", "--name", name]
+    if name == "recall_longmemeval":  # recall_quality.py on the real data; --quick: lexical methods only
+        return [sys.executable, str(HERE / "recall_quality.py"), "--family", "lme", "--name", name,
+                *(["--no-dense"] if quick else [])]
     script = HERE / f"{name}.py"
     if not script.exists():
         return None
