@@ -25,7 +25,7 @@ Benchmarks:
   recall_quality  recall@3/5/10 of evidence turns per method (prefetch, session_search, bm25s, MiniLM dense,
                   hybrid) and per question type, plus fence tokens per turn, on generated conversations
                   (recall_quality.py, recall_data.py)
-  recall_longmemeval  the same on REAL conversations: the LongMemEval-S subset shipped in benchmarks/data
+  recall_longmemeval  the same on REAL conversations: LongMemEval data shipped in benchmarks/data
                   (recall_quality.py --family lme; held out, nothing tuned on it; 32 questions; --quick: lexical
                   methods only, since embedding its 1,906 long turns takes most of 15 minutes)
 
