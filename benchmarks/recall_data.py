@@ -57,7 +57,10 @@ class Question:
     text: str
     qtype: str
     evidence: list[int]  # Turn.id
-    style: str  # "keyword" | "paraphrase"
+    style: str  # "keyword" | "paraphrase" | "real"
+    #: evidence known only by session (every turn of the answer session): recall@k is 1 when any of it is in
+    #: the first k (LongMemEval's session-level recall_any), not the share of it
+    any_of: bool = False
 
 
 @dataclass

