@@ -28,7 +28,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import ahocorasick
+import ahocorasick_rs
+import numpy as np
 import yaml
 
 from ironmem.core.errors import IronMemError
@@ -257,16 +258,38 @@ _LITS: list[str] = []
 _LIT_LENS: list[int] = []
 
 
-def _automaton(literals: set[str]) -> Any:
+class _Automaton:
+    """One Aho-Corasick automaton (``ahocorasick_rs``) over a set of literals, reporting every occurrence
+    (overlapping ones too) as ``(end index, literal id)`` with the end inclusive."""
+
+    def __init__(self, literals: list[str]) -> None:
+        self.literals = literals
+        self.ids = np.array([_lit_id(lit) for lit in literals], dtype=np.int64)
+        self._members = frozenset(literals)
+        self._ac = ahocorasick_rs.AhoCorasick(literals)
+
+    def __contains__(self, lit: str) -> bool:
+        return lit in self._members
+
+    def hits(self, text: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(inclusive ends, literal ids) of the occurrences inside ``text[lo:hi]``, in order of their ends
+        (a literal's occurrences are in increasing order)."""
+        got = self._ac.find_matches_as_indexes(text[lo:hi] if lo or hi < len(text) else text, overlapping=True)
+        if not got:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        arr = np.array(got, dtype=np.int64)
+        return arr[:, 2] + (lo - 1), self.ids[arr[:, 0]]
+
+    def iter(self, text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+        """:meth:`hits` as a list of ``(end, literal id)`` pairs."""
+        ends, ids = self.hits(text, lo, hi)
+        return list(zip(ends.tolist(), ids.tolist(), strict=True))
+
+
+def _automaton(literals: set[str]) -> _Automaton | None:
     """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
-    auto = ahocorasick.Automaton()
-    for lit in literals:
-        if lit:
-            auto.add_word(lit, _lit_id(lit))
-    if len(auto) == 0:
-        return None
-    auto.make_automaton()
-    return auto
+    lits = sorted(lit for lit in literals if lit)
+    return _Automaton(lits) if lits else None
 
 
 # ------------------------------------------------------------------ regex prefilter (required literals)
@@ -487,7 +510,7 @@ def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
 
 
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
-_AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
+_AUTOMATON: list[_Automaton | None] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
 _HEADS: dict[re.Pattern[str], tuple[str, ...]] = {}  # regex -> the strings its matches start with
@@ -567,23 +590,18 @@ class _Text:
             if auto is None or not n:
                 self._found = found
                 return found
-            import numpy as np
-
             lens = np.array(_LIT_LENS, dtype=np.int64)
             pos = 0
             done: set[str] = set()  # literals at their cap, no longer searched
             while pos < n:
                 stop = min(n, pos + _CHUNK)
-                hits = list(auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop))
-                if hits:
-                    # the hits of the chunk grouped by literal with numpy (no Python step per hit): ends come
-                    # in increasing order, a stable sort by literal keeps it within each literal
-                    ends_t, ids_t = zip(*hits)
-                    ends = np.array(ends_t, dtype=np.int64)
-                    ids = np.array(ids_t, dtype=np.int64)
+                ends, ids = auto.hits(t, max(0, pos - _LIT_MAX[0] + 1), stop)
+                if ends.size:
+                    # the hits of the chunk grouped by literal with numpy (no Python step per hit), each
+                    # literal's in increasing order
                     keep = ends >= pos  # the others were found in the previous chunk already
                     ends, ids = ends[keep], ids[keep]
-                    order = np.argsort(ids, kind="stable")
+                    order = np.lexsort((ends, ids))
                     ids = ids[order]
                     starts = (ends[order] - lens[ids] + 1).tolist()
                     cuts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(starts)]
@@ -602,7 +620,7 @@ class _Text:
                         # mostly literals at their cap (a phrase repeated): they leave the automaton (a
                         # rebuild costs tens of milliseconds, worth it only then)
                         done |= {lit for lit, got in found.items() if len(got) >= _MAX_HITS}
-                        auto = _automaton({_LITS[i] for i in auto.values()} - done)
+                        auto = _automaton(set(auto.literals) - done)
                         if auto is None:
                             break
                 pos = stop
@@ -1030,6 +1048,7 @@ def _reach_literals(first: str, second: str, changed: list[int]) -> set[str]:
     after it (a word ending, a gap, the sentence end after it); a literal of a regex prefilter only by its
     own occurrence list."""
     auto = _AUTOMATON[0]
+    assert auto is not None  # (_second_view checked)
     n = len(first)
     before = max(b for b, _ in _LIT_REACH.values())
     after = max(a for _, a in _LIT_REACH.values())
