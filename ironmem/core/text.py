@@ -71,6 +71,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import regex
@@ -637,26 +638,35 @@ def _fold_lengths(text: str, spaces: bool) -> bytes:
 
 @dataclass
 class _CharStage:
-    """Per-character fold: output position -> input character via cumulative fold lengths (built lazily)."""
+    """Per-character fold: output position -> input character via cumulative fold lengths (built lazily, with
+    numpy: one cumulative sum and one sorted search per batch of positions, no Python step per character)."""
 
     source: str
     spaces: bool
-    _cum: list[int] | None = None
+    _cum: Any = None  # numpy int64 array: cum[i] = fold length of source[: i + 1]
+
+    def _table(self) -> Any:
+        if self._cum is None:
+            import numpy as np
+
+            lens = np.frombuffer(_fold_lengths(self.source, self.spaces), dtype=np.uint8)
+            self._cum = np.cumsum(lens, dtype=np.int64)
+        return self._cum
 
     def span(self, start: int, end: int) -> tuple[int, int]:
-        if self._cum is None:
-            self._cum = list(itertools.accumulate(_fold_lengths(self.source, self.spaces)))
-        cum = self._cum
-        return bisect.bisect_right(cum, start), bisect.bisect_right(cum, end - 1) + 1
+        got = self.spans([(start, end)])
+        return got[0]
 
     def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         if not spans:
             return []
-        self.span(spans[0][0], spans[0][1])  # builds the table
-        cum = self._cum
-        assert cum is not None
-        bis = bisect.bisect_right
-        return [(bis(cum, start), bis(cum, end - 1) + 1) for start, end in spans]
+        import numpy as np
+
+        cum = self._table()
+        # bisect_right(cum, x) for each x, all at once
+        starts = np.searchsorted(cum, np.fromiter((s for s, _ in spans), np.int64, len(spans)), side="right")
+        ends = np.searchsorted(cum, np.fromiter((e - 1 for _, e in spans), np.int64, len(spans)), side="right") + 1
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 # Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".
