@@ -13,6 +13,7 @@ import html
 import re
 import unicodedata
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 # Removed before matching (they render as nothing). ZWJ/ZWNJ are removed too; whether they are *reported*
@@ -306,12 +307,37 @@ _ADJ_RE = re.compile(
 _ANY_CONF_RE = re.compile(f"[{_CONF_CHARS}]")
 
 
+_ADJ_STEPS = 1000  # confusable characters looked at one by one before the plain search takes over
+
+
+def _adjacent(dec: str) -> Iterator[re.Match[str]]:
+    """The matches of ``_ADJ_RE.finditer(dec)``, found from the confusable characters (rare in Latin text):
+    every match has one at its start or just after it, so only those two positions are tried before the
+    next one (the regex has no lookbehind: ``match`` there reads what ``search`` reads). After
+    ``_ADJ_STEPS`` of them (a Cyrillic or Greek text) the plain search goes on from where this stopped."""
+    pos, n = 0, len(dec)
+    for _ in range(_ADJ_STEPS):
+        c = _ANY_CONF_RE.search(dec, pos)
+        if c is None:
+            return
+        p = c.start()
+        m = (_ADJ_RE.match(dec, p - 1) if p - 1 >= pos else None) or _ADJ_RE.match(dec, p)
+        if m is None:
+            pos = p + 1
+            continue
+        yield m
+        pos = m.end()
+        if pos >= n:
+            return
+    yield from _ADJ_RE.finditer(dec, pos)
+
+
 def _confusable_words(dec: str) -> list[tuple[int, int]]:
     """Spans of the words in ``dec`` that the skeleton view rewrites."""
     spans: list[tuple[int, int]] = []
     last_end = -1
     n = len(dec)
-    for m in _ADJ_RE.finditer(dec):
+    for m in _adjacent(dec):
         if m.start() < last_end:
             continue
         s, e = m.start(), m.end()
