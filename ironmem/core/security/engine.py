@@ -483,7 +483,9 @@ def _match_heads(rx: re.Pattern[str]) -> tuple[str, ...] | None:
             return None
         if "" not in cur:
             break
-    if "" in cur or not all(len(x) >= _LIT_MIN or (len(x) == 2 and not x.isalnum() and not x.isspace()) for x in cur):
+    # (two characters are enough here: a head is tried only where it occurs, and a head too common for its
+    # list to be complete, capped, sends the search back to ``rx.search``)
+    if "" in cur or not all(len(x) >= 2 and not x.isspace() for x in cur):
         return None
     return tuple(sorted(cur))
 
@@ -538,6 +540,9 @@ _TERM_RE = re.compile(r"[.!?](?=\s|$)|[\n。！？]")
 _TOKEN_RE = re.compile(r"\w+")
 
 
+_VECTOR_MIN = 64  # first-concept spans beyond which a chain's candidates are picked with numpy
+
+
 class _Prefixes:
     """The set of the first 2..12 characters of every token, as a sorted token list: ``x in prefixes`` is one
     bisection (the smallest token at or after ``x`` starts with ``x`` when any token does), and building it
@@ -569,6 +574,8 @@ class _Text:
         self._lit: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
         self._con: dict[str, list[tuple[int, int]]] = {}
+        self._con_starts: dict[str, list[int]] = {}
+        self._con_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
 
@@ -698,6 +705,22 @@ class _Text:
         self._con[name] = spans
         return spans
 
+    def concept_starts(self, name: str) -> list[int]:
+        """The starts of :meth:`concept`'s spans (sorted), computed once."""
+        got = self._con_starts.get(name)
+        if got is None:
+            got = self._con_starts[name] = [s for s, _ in self.concept(name)]
+        return got
+
+    def concept_arrays(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`concept`'s spans as two numpy arrays (starts, ends), computed once."""
+        got = self._con_arrays.get(name)
+        if got is None:
+            spans = self.concept(name)
+            arr = np.array(spans, dtype=np.int64).reshape(len(spans), 2)
+            got = self._con_arrays[name] = (arr[:, 0], arr[:, 1])
+        return got
+
     def _boundaries(self, kind: str) -> list[int]:
         if kind == "___":
             if self._nl is None:
@@ -725,7 +748,7 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
     others = [tx.concept(c) for c in seq.concepts[1:]]
     if any(not o for o in others):
         return None
-    starts_of = [[s for s, _ in o] for o in others]
+    starts_of = [tx.concept_starts(c) for c in seq.concepts[1:]]
     memo: dict[tuple[int, int], int | None] = {}
 
     def extend(k: int, end: int) -> int | None:
@@ -751,13 +774,30 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
         return None
 
     reach = len(seq.concepts) * (max(_LIT_MAX[0], 40) + _GAP_MAX["___"] + 3) + 2
-    for s, e in first[:_MAX_HITS]:
+    for k0 in _seq_candidates(tx, seq):
+        s, e = first[k0]
         if tx.restricted and not tx.near(s - 2, s + reach):  # type: ignore[attr-defined]
             continue  # (match_rules_views) reads no change from here: no match, as in the first view
         got = extend(0, e)
         if got is not None:
             return s, got
     return None
+
+
+def _seq_candidates(tx: _Text, seq: _Seq) -> list[int] | range:
+    """Indexes, in order, of the first concept's spans (the first ``_MAX_HITS``) that have a span of the second
+    concept within the first gap's reach: the only ones from which ``_extend(0, end)`` gets past its first
+    bisection (numpy does the bisections for all of them at once)."""
+    first = tx.concept(seq.concepts[0])
+    n = min(len(first), _MAX_HITS)
+    if len(seq.concepts) < 2 or n < _VECTOR_MIN:
+        return range(n)
+    gap = seq.gaps[0]
+    ends = tx.concept_arrays(seq.concepts[0])[1][:n]
+    starts = tx.concept_arrays(seq.concepts[1])[0]
+    lo = np.searchsorted(starts, ends - 1 if gap == "" else ends, side="left")
+    hi = np.searchsorted(starts, ends + _GAP_MAX[gap], side="right")
+    return np.flatnonzero(hi > lo).tolist()  # type: ignore[no-any-return]
 
 
 def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> tuple[int, int] | None:
