@@ -307,21 +307,22 @@ _ADJ_RE = re.compile(
 _ANY_CONF_RE = re.compile(f"[{_CONF_CHARS}]")
 
 
-_ADJ_STEPS = 1000  # confusable characters looked at one by one before the plain search takes over
+_NEAR_STEPS = 1000  # rare characters looked at one by one before the plain search takes over
 
 
-def _adjacent(dec: str) -> Iterator[re.Match[str]]:
-    """The matches of ``_ADJ_RE.finditer(dec)``, found from the confusable characters (rare in Latin text):
-    every match has one at its start or just after it, so only those two positions are tried before the
-    next one (the regex has no lookbehind: ``match`` there reads what ``search`` reads). After
-    ``_ADJ_STEPS`` of them (a Cyrillic or Greek text) the plain search goes on from where this stopped."""
-    pos, n = 0, len(dec)
-    for _ in range(_ADJ_STEPS):
-        c = _ANY_CONF_RE.search(dec, pos)
+def finditer_near(rx: re.Pattern[str], rare: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """The matches of ``rx.finditer(text)`` for a regex without lookbehind each of whose matches has a
+    character of the class ``rare`` (one character, rare in ordinary text) at its start or just after it:
+    only those two positions are tried (``match`` there reads what ``search`` reads), so ordinary text is
+    skipped at the speed of a character-class search. After ``_NEAR_STEPS`` rare characters (a text in
+    another script) the plain search goes on from where this stopped."""
+    pos, n = 0, len(text)
+    for _ in range(_NEAR_STEPS):
+        c = rare.search(text, pos)
         if c is None:
             return
         p = c.start()
-        m = (_ADJ_RE.match(dec, p - 1) if p - 1 >= pos else None) or _ADJ_RE.match(dec, p)
+        m = (rx.match(text, p - 1) if p - 1 >= pos else None) or rx.match(text, p)
         if m is None:
             pos = p + 1
             continue
@@ -329,7 +330,7 @@ def _adjacent(dec: str) -> Iterator[re.Match[str]]:
         pos = m.end()
         if pos >= n:
             return
-    yield from _ADJ_RE.finditer(dec, pos)
+    yield from rx.finditer(text, pos)
 
 
 def _confusable_words(dec: str) -> list[tuple[int, int]]:
@@ -337,7 +338,7 @@ def _confusable_words(dec: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     last_end = -1
     n = len(dec)
-    for m in _adjacent(dec):
+    for m in finditer_near(_ADJ_RE, _ANY_CONF_RE, dec):
         if m.start() < last_end:
             continue
         s, e = m.start(), m.end()
