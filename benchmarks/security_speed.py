@@ -16,6 +16,7 @@ may be shared; the load average is printed with them. Target (issue #14): 1 MB o
 
     python benchmarks/security_speed.py              # about 1-2 minutes
     python benchmarks/security_speed.py --repeat 1 --json out.json
+    python benchmarks/security_speed.py --context recall   # scan(text, "recall")
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ironmem.core.security import scan
+from ironmem.core.security.scanner import ScanContext
 
 MB = 1_000_000
 NOTE_PARTS = [
@@ -82,11 +84,14 @@ def corpora() -> dict[str, str]:
     }
 
 
+CONTEXT: list[ScanContext] = ["write"]
+
+
 def cpu(text: str, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.process_time()
-        scan(text)
+        scan(text, CONTEXT[0])
         best = min(best, time.process_time() - t0)
     return best
 
@@ -103,9 +108,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure, the best one counts (default 3)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--context", choices=["write", "recall"], default="write", help="scan(text, context)")
     args = ap.parse_args()
+    CONTEXT[0] = args.context
     scan("warm up: rules, automaton and model are loaded once")
-    report: dict[str, Any] = {"clock": f"cpu (time.process_time), best of {args.repeat}"}
+    report: dict[str, Any] = {"clock": f"cpu (time.process_time), best of {args.repeat}", "context": args.context}
     report["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     note = _note()
     per = min(cpu(note, 1) for _ in range(20))

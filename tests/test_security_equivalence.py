@@ -216,3 +216,48 @@ def test_second_view_on_corpus_and_large_texts() -> None:
         part = text[:300_000]
         _same_views(part)
         _same_views(_with_lookalikes(part, rng, 200))  # changes spread over the whole text
+
+
+def test_search_shortcuts_find_what_the_plain_search_finds() -> None:
+    # finditer_near (look-alike and mixed-script words found from their rare letters) and the decoders'
+    # patterns rewritten to start with a character class, against the plain patterns
+    import unicodedata
+
+    from ironmem.core.security import encoded, hidden
+    from ironmem.core.security import normalize as norm
+
+    rng = random.Random(1415)
+    letters = [*norm._CONFUSABLE_PAIRS, *"abcXé日本ß ×.-_1/ 0"]
+    texts = ["".join(rng.choice(letters) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    texts += ["Привет мир " * 2000 + "aа", "а" * 3000 + "ab bа", "01000001 " * 9 + "x01000001 " * 9, ".- " * 40]
+    texts += [unicodedata.normalize("NFKC", line) for line in CORPUS.read_text(encoding="utf-8").splitlines()[::9]]
+    for t in texts:
+        for rx, rare in ((norm._ADJ_RE, norm._ANY_CONF_RE), (hidden._MIXED_RE, hidden._FOREIGN_LETTER_RE)):
+            assert [m.span() for m in norm.finditer_near(rx, rare, t)] == [m.span() for m in rx.finditer(t)], t
+    plain = {
+        encoded._BINARY_RE: re.compile(r"(?<![01])(?:[01]{8}[ \t,;]*){6,}"),
+        encoded._MORSE_RE: re.compile(r"(?<![\w.-])(?:[.\-]{1,7}(?: / | {1,3}|/)){6,}[.\-]{1,7}(?![\w.-])"),
+    }
+    binary = ["".join(rng.choice("01 ,;\tx.-/") for _ in range(rng.randint(0, 120))) for _ in range(3000)]
+    for t in texts + binary:
+        for fast, ref in plain.items():
+            assert [m.span() for m in fast.finditer(t)] == [m.span() for m in ref.finditer(t)], t
+
+
+def test_escape_split_finds_what_the_lookahead_form_finds() -> None:
+    from ironmem.core import text
+
+    ref = re.compile(
+        r"(?=[&%\\=Uu])("
+        + re.sub(r"\(\?P<\w+>", "(?:", text._ESCAPE_RE.pattern).replace(
+            r"(?<![A-Za-z0-9])[Uu]\+", r"[Uu](?<![A-Za-z0-9][Uu])\+"
+        )
+        + ")",
+        re.VERBOSE,
+    )
+    rng = random.Random(1416)
+    chars = list("&%\\=+Uu#xX0123456789abcdefABCDEF;{}N nrt-")
+    texts = ["".join(rng.choice(chars) for _ in range(rng.randint(0, 40))) for _ in range(5000)]
+    texts += CORPUS.read_text(encoding="utf-8").splitlines()[::9]
+    for t in texts:
+        assert text._ESCAPE_SPLIT_RE.split(t) == ref.split(t), t

@@ -35,6 +35,9 @@ CASES = {
     "backwards words": "eht dna uoy " * (N // 12),
     "link placeholders": "//x.io/?q=[info] " * (N // 17),
     "url template words": "https://a.io/" + "x_token/" * (N // 8),
+    # the shortcuts of the speed work (issue #14): look-alike letters everywhere, escape openers everywhere
+    "mixed scripts": "pаypаl ɑdmin " * (N // 13),
+    "escape openers": "&%=\\u+U+" * (N // 8),
 }
 
 

@@ -72,6 +72,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import regex
 
@@ -308,16 +309,21 @@ class _Stage:
 
 
 # The same alternation with one capturing group around it: ``split`` then hands back plain text and escapes
-# alternately without a Match object per escape (the hot path on hostile input).
-# The standard ``re`` engine with a leading look-ahead on the first characters skips ordinary text fastest.
-_ESCAPE_SPLIT_RE = re.compile(
-    r"(?=[&%\\=Uu])("
-    + re.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern).replace(
-        r"(?<![A-Za-z0-9])[Uu]\+", r"[Uu](?<![A-Za-z0-9][Uu])\+"
-    )
-    + ")",
-    re.VERBOSE,
-)
+# alternately without a Match object per escape (the hot path on hostile input). Every alternative starts
+# with a literal character (``%XX`` runs written as one then more, ``U+``/``u+`` as two alternatives with
+# their look-behind after the letter), so the standard ``re`` engine skips ordinary text to the next
+# ``& % \\ = U u`` instead of trying the alternation at every position; the matches are the same.
+_SPLIT_SOURCE = re.sub(r"\(\?P<\w+>", "(?:", _ESCAPE_RE.pattern)
+for _old, _new in (
+    (r"(?:(?:%[0-9a-fA-F]{2})+)", r"%[0-9a-fA-F]{2}(?:%[0-9a-fA-F]{2})*"),
+    (
+        r"(?<![A-Za-z0-9])[Uu]\+(?:[0-9a-fA-F]{4,6})",
+        r"U(?<![A-Za-z0-9]U)\+(?:[0-9a-fA-F]{4,6}) | u(?<![A-Za-z0-9]u)\+(?:[0-9a-fA-F]{4,6})",
+    ),
+):
+    assert _old in _SPLIT_SOURCE, _old
+    _SPLIT_SOURCE = _SPLIT_SOURCE.replace(_old, _new)
+_ESCAPE_SPLIT_RE = re.compile("(" + _SPLIT_SOURCE + ")", re.VERBOSE)
 
 
 class _DecodeTable(dict[str, str]):
@@ -637,26 +643,35 @@ def _fold_lengths(text: str, spaces: bool) -> bytes:
 
 @dataclass
 class _CharStage:
-    """Per-character fold: output position -> input character via cumulative fold lengths (built lazily)."""
+    """Per-character fold: output position -> input character via cumulative fold lengths (built lazily, with
+    numpy: one cumulative sum and one sorted search per batch of positions, no Python step per character)."""
 
     source: str
     spaces: bool
-    _cum: list[int] | None = None
+    _cum: Any = None  # numpy int64 array: cum[i] = fold length of source[: i + 1]
+
+    def _table(self) -> Any:
+        if self._cum is None:
+            import numpy as np
+
+            lens = np.frombuffer(_fold_lengths(self.source, self.spaces), dtype=np.uint8)
+            self._cum = np.cumsum(lens, dtype=np.int64)
+        return self._cum
 
     def span(self, start: int, end: int) -> tuple[int, int]:
-        if self._cum is None:
-            self._cum = list(itertools.accumulate(_fold_lengths(self.source, self.spaces)))
-        cum = self._cum
-        return bisect.bisect_right(cum, start), bisect.bisect_right(cum, end - 1) + 1
+        got = self.spans([(start, end)])
+        return got[0]
 
     def spans(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         if not spans:
             return []
-        self.span(spans[0][0], spans[0][1])  # builds the table
-        cum = self._cum
-        assert cum is not None
-        bis = bisect.bisect_right
-        return [(bis(cum, start), bis(cum, end - 1) + 1) for start, end in spans]
+        import numpy as np
+
+        cum = self._table()
+        # bisect_right(cum, x) for each x, all at once
+        starts = np.searchsorted(cum, np.fromiter((s for s, _ in spans), np.int64, len(spans)), side="right")
+        ends = np.searchsorted(cum, np.fromiter((e - 1 for _, e in spans), np.int64, len(spans)), side="right") + 1
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 # Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".

@@ -118,8 +118,14 @@ def decoded_payloads(v: Views, limit: int | None = None) -> list[tuple[str, str,
 # ---------------------------------------------------------------- more encodings (decoded, then scanned again)
 # Each decoder is one regex pass plus a decode of the matched runs: linear in the input.
 
-_BINARY_RE = re.compile(r"(?<![01])(?:[01]{8}[ \t,;]*){6,}")
-_MORSE_RE = re.compile(r"(?<![\w.-])(?:[.\-]{1,7}(?: / | {1,3}|/)){6,}[.\-]{1,7}(?![\w.-])")
+# (Each pattern starts with a character class, its lookbehind after it: the regex engine then skips to the
+# next character of that class instead of trying the whole pattern at every position. The same matches as
+# ``(?<![01])(?:[01]{8}[ \t,;]*){6,}`` and ``(?<![\w.-])(?:[.\-]{1,7}(?: / | {1,3}|/)){6,}[.\-]{1,7}(?![\w.-])``:
+# the first repetition written out, its first character before the lookbehind.)
+_BINARY_RE = re.compile(r"[01](?<![01][01])[01]{7}[ \t,;]*(?:[01]{8}[ \t,;]*){5,}")
+_MORSE_RE = re.compile(
+    r"[.\-](?<![\w.-][.\-])[.\-]{0,6}(?: / | {1,3}|/)(?:[.\-]{1,7}(?: / | {1,3}|/)){5,}[.\-]{1,7}(?![\w.-])"
+)
 _A85_RE = re.compile(r"<~([!-u\s]{10,}?)~>")
 _B85_RE = re.compile(r"(?<![!-~])[0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]{20,}")
 _MORSE = {

@@ -28,7 +28,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import ahocorasick
+import ahocorasick_rs
+import numpy as np
 import yaml
 
 from ironmem.core.errors import IronMemError
@@ -257,16 +258,38 @@ _LITS: list[str] = []
 _LIT_LENS: list[int] = []
 
 
-def _automaton(literals: set[str]) -> Any:
+class _Automaton:
+    """One Aho-Corasick automaton (``ahocorasick_rs``) over a set of literals, reporting every occurrence
+    (overlapping ones too) as ``(end index, literal id)`` with the end inclusive."""
+
+    def __init__(self, literals: list[str]) -> None:
+        self.literals = literals
+        self.ids = np.array([_lit_id(lit) for lit in literals], dtype=np.int64)
+        self._members = frozenset(literals)
+        self._ac = ahocorasick_rs.AhoCorasick(literals)
+
+    def __contains__(self, lit: str) -> bool:
+        return lit in self._members
+
+    def hits(self, text: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(inclusive ends, literal ids) of the occurrences inside ``text[lo:hi]``, in order of their ends
+        (a literal's occurrences are in increasing order)."""
+        got = self._ac.find_matches_as_indexes(text[lo:hi] if lo or hi < len(text) else text, overlapping=True)
+        if not got:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        arr = np.array(got, dtype=np.int64)
+        return arr[:, 2] + (lo - 1), self.ids[arr[:, 0]]
+
+    def iter(self, text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+        """:meth:`hits` as a list of ``(end, literal id)`` pairs."""
+        ends, ids = self.hits(text, lo, hi)
+        return list(zip(ends.tolist(), ids.tolist(), strict=True))
+
+
+def _automaton(literals: set[str]) -> _Automaton | None:
     """One Aho-Corasick automaton over every literal of the rules: one pass over a text finds them all."""
-    auto = ahocorasick.Automaton()
-    for lit in literals:
-        if lit:
-            auto.add_word(lit, _lit_id(lit))
-    if len(auto) == 0:
-        return None
-    auto.make_automaton()
-    return auto
+    lits = sorted(lit for lit in literals if lit)
+    return _Automaton(lits) if lits else None
 
 
 # ------------------------------------------------------------------ regex prefilter (required literals)
@@ -460,7 +483,9 @@ def _match_heads(rx: re.Pattern[str]) -> tuple[str, ...] | None:
             return None
         if "" not in cur:
             break
-    if "" in cur or not all(len(x) >= _LIT_MIN or (len(x) == 2 and not x.isalnum() and not x.isspace()) for x in cur):
+    # (two characters are enough here: a head is tried only where it occurs, and a head too common for its
+    # list to be complete, capped, sends the search back to ``rx.search``)
+    if "" in cur or not all(len(x) >= 2 and not x.isspace() for x in cur):
         return None
     return tuple(sorted(cur))
 
@@ -487,7 +512,7 @@ def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
 
 
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
-_AUTOMATON: list[Any] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
+_AUTOMATON: list[_Automaton | None] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
 _HEADS: dict[re.Pattern[str], tuple[str, ...]] = {}  # regex -> the strings its matches start with
@@ -515,6 +540,27 @@ _TERM_RE = re.compile(r"[.!?](?=\s|$)|[\n。！？]")
 _TOKEN_RE = re.compile(r"\w+")
 
 
+_VECTOR_MIN = 64  # first-concept spans beyond which a chain's candidates are picked with numpy
+
+
+class _Prefixes:
+    """The set of the first 2..12 characters of every token, as a sorted token list: ``x in prefixes`` is one
+    bisection (the smallest token at or after ``x`` starts with ``x`` when any token does), and building it
+    costs one sort, not a dozen slices per token."""
+
+    def __init__(self, tokens: set[str]) -> None:
+        self._sorted = sorted(tokens)
+
+    def __contains__(self, x: object) -> bool:
+        if not isinstance(x, str) or not 2 <= len(x) <= 12:
+            return False
+        k = bisect_left(self._sorted, x)
+        return k < len(self._sorted) and self._sorted[k].startswith(x)
+
+    def __bool__(self) -> bool:
+        return bool(self._sorted)
+
+
 class _Text:
     """One normalized text with the occurrence caches the rules share."""
 
@@ -523,11 +569,13 @@ class _Text:
     def __init__(self, text: str) -> None:
         self.text = text
         self._tokens: set[str] | None = None
-        self._prefixes: set[str] | None = None
+        self._prefixes: _Prefixes | None = None
         self._chars: set[str] | None = None
         self._lit: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] | None = None  # every automaton literal that occurs -> its starts
         self._con: dict[str, list[tuple[int, int]]] = {}
+        self._con_starts: dict[str, list[int]] = {}
+        self._con_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._terms: list[int] | None = None
         self._nl: list[int] | None = None
 
@@ -541,7 +589,7 @@ class _Text:
             return all(c in self._chars for c in set(lit))
         if self._tokens is None:
             self._tokens = set(_TOKEN_RE.findall(self.text))
-            self._prefixes = {tok[:k] for tok in self._tokens for k in range(2, min(len(tok), 12) + 1)}
+            self._prefixes = _Prefixes(self._tokens)
         first = _TOKEN_RE.match(lit)
         if first is None:
             return True
@@ -567,23 +615,18 @@ class _Text:
             if auto is None or not n:
                 self._found = found
                 return found
-            import numpy as np
-
             lens = np.array(_LIT_LENS, dtype=np.int64)
             pos = 0
             done: set[str] = set()  # literals at their cap, no longer searched
             while pos < n:
                 stop = min(n, pos + _CHUNK)
-                hits = list(auto.iter(t, max(0, pos - _LIT_MAX[0] + 1), stop))
-                if hits:
-                    # the hits of the chunk grouped by literal with numpy (no Python step per hit): ends come
-                    # in increasing order, a stable sort by literal keeps it within each literal
-                    ends_t, ids_t = zip(*hits)
-                    ends = np.array(ends_t, dtype=np.int64)
-                    ids = np.array(ids_t, dtype=np.int64)
+                ends, ids = auto.hits(t, max(0, pos - _LIT_MAX[0] + 1), stop)
+                if ends.size:
+                    # the hits of the chunk grouped by literal with numpy (no Python step per hit), each
+                    # literal's in increasing order
                     keep = ends >= pos  # the others were found in the previous chunk already
                     ends, ids = ends[keep], ids[keep]
-                    order = np.argsort(ids, kind="stable")
+                    order = np.lexsort((ends, ids))
                     ids = ids[order]
                     starts = (ends[order] - lens[ids] + 1).tolist()
                     cuts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(starts)]
@@ -602,7 +645,7 @@ class _Text:
                         # mostly literals at their cap (a phrase repeated): they leave the automaton (a
                         # rebuild costs tens of milliseconds, worth it only then)
                         done |= {lit for lit, got in found.items() if len(got) >= _MAX_HITS}
-                        auto = _automaton({_LITS[i] for i in auto.values()} - done)
+                        auto = _automaton(set(auto.literals) - done)
                         if auto is None:
                             break
                 pos = stop
@@ -662,6 +705,22 @@ class _Text:
         self._con[name] = spans
         return spans
 
+    def concept_starts(self, name: str) -> list[int]:
+        """The starts of :meth:`concept`'s spans (sorted), computed once."""
+        got = self._con_starts.get(name)
+        if got is None:
+            got = self._con_starts[name] = [s for s, _ in self.concept(name)]
+        return got
+
+    def concept_arrays(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`concept`'s spans as two numpy arrays (starts, ends), computed once."""
+        got = self._con_arrays.get(name)
+        if got is None:
+            spans = self.concept(name)
+            arr = np.array(spans, dtype=np.int64).reshape(len(spans), 2)
+            got = self._con_arrays[name] = (arr[:, 0], arr[:, 1])
+        return got
+
     def _boundaries(self, kind: str) -> list[int]:
         if kind == "___":
             if self._nl is None:
@@ -689,7 +748,7 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
     others = [tx.concept(c) for c in seq.concepts[1:]]
     if any(not o for o in others):
         return None
-    starts_of = [[s for s, _ in o] for o in others]
+    starts_of = [tx.concept_starts(c) for c in seq.concepts[1:]]
     memo: dict[tuple[int, int], int | None] = {}
 
     def extend(k: int, end: int) -> int | None:
@@ -715,13 +774,30 @@ def _match_seq(tx: _Text, seq: _Seq) -> tuple[int, int] | None:
         return None
 
     reach = len(seq.concepts) * (max(_LIT_MAX[0], 40) + _GAP_MAX["___"] + 3) + 2
-    for s, e in first[:_MAX_HITS]:
+    for k0 in _seq_candidates(tx, seq):
+        s, e = first[k0]
         if tx.restricted and not tx.near(s - 2, s + reach):  # type: ignore[attr-defined]
             continue  # (match_rules_views) reads no change from here: no match, as in the first view
         got = extend(0, e)
         if got is not None:
             return s, got
     return None
+
+
+def _seq_candidates(tx: _Text, seq: _Seq) -> list[int] | range:
+    """Indexes, in order, of the first concept's spans (the first ``_MAX_HITS``) that have a span of the second
+    concept within the first gap's reach: the only ones from which ``_extend(0, end)`` gets past its first
+    bisection (numpy does the bisections for all of them at once)."""
+    first = tx.concept(seq.concepts[0])
+    n = min(len(first), _MAX_HITS)
+    if len(seq.concepts) < 2 or n < _VECTOR_MIN:
+        return range(n)
+    gap = seq.gaps[0]
+    ends = tx.concept_arrays(seq.concepts[0])[1][:n]
+    starts = tx.concept_arrays(seq.concepts[1])[0]
+    lo = np.searchsorted(starts, ends - 1 if gap == "" else ends, side="left")
+    hi = np.searchsorted(starts, ends + _GAP_MAX[gap], side="right")
+    return np.flatnonzero(hi > lo).tolist()  # type: ignore[no-any-return]
 
 
 def _match_regex(tx: _Text, rx: re.Pattern[str], requires: tuple[str, ...]) -> tuple[int, int] | None:
@@ -1030,6 +1106,7 @@ def _reach_literals(first: str, second: str, changed: list[int]) -> set[str]:
     after it (a word ending, a gap, the sentence end after it); a literal of a regex prefilter only by its
     own occurrence list."""
     auto = _AUTOMATON[0]
+    assert auto is not None  # (_second_view checked)
     n = len(first)
     before = max(b for b, _ in _LIT_REACH.values())
     after = max(a for _, a in _LIT_REACH.values())
@@ -1073,7 +1150,7 @@ def _touching(t: str, changed: list[int]) -> tuple[set[str], set[str], set[str]]
     return toks, prefixes, chars
 
 
-def _member(x: str, whole: set[str], touch_first: set[str], touch_second: set[str]) -> bool | None:
+def _member(x: str, whole: set[str] | _Prefixes, touch_first: set[str], touch_second: set[str]) -> bool | None:
     """Is ``x`` in the second view's set, given the first view's set (``whole``) and the parts of both sets
     that come from tokens or characters touching a change? None when it cannot be told."""
     if x in touch_second:
@@ -1102,7 +1179,7 @@ def _second_view_filter(
     word = head.group(0)
     in_tokens = _member(word, tx._tokens or set(), first[0], second[0])
     if head.end() == len(lit) or not lit[head.end()].isspace():
-        in_prefixes = _member(word[:12], tx._prefixes or set(), first[1], second[1])
+        in_prefixes = _member(word[:12], tx._prefixes or _Prefixes(set()), first[1], second[1])
         if in_prefixes or in_tokens:
             return True
         return None if in_prefixes is None or in_tokens is None else False

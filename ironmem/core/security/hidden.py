@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .normalize import _FOREIGN_CONFUSABLES, _SENSITIVE_WORDS, _SKELETON_TABLE, Views
+from .normalize import _FOREIGN_CONFUSABLES, _SENSITIVE_WORDS, _SKELETON_TABLE, Views, finditer_near
 from .result import Finding
 
 
@@ -161,6 +161,7 @@ def hidden_findings(text: str) -> tuple[list[Finding], str]:
 
 # Latin letter next to a letter of another script, inside one word: a candidate look-alike spelling.
 _MIXED_RE = re.compile(r"[a-zA-Z][^\W\d_a-zA-Z\u00c0-\u024f]|[^\W\d_a-zA-Z\u00c0-\u024f][a-zA-Z]")
+_FOREIGN_LETTER_RE = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]")  # (every match of _MIXED_RE has one, first or second)
 _MAX_CANDIDATES = 200
 
 
@@ -171,7 +172,7 @@ def _uts39_mixed(dec: str) -> list[Finding]:
 
     seen = 0
     n = len(dec)
-    for m in _MIXED_RE.finditer(dec):
+    for m in finditer_near(_MIXED_RE, _FOREIGN_LETTER_RE, dec):
         seen += 1
         if seen > _MAX_CANDIDATES:
             break

@@ -50,15 +50,26 @@ def prepare(text: str) -> str:
     return " ".join(text.split())
 
 
+_POWERS: list[np.ndarray] = [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)]
+
+
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """P**i and P**-i modulo 2**64 for i < n (integer cumprod wraps modulo 2**64)."""
-    pw = np.empty(n, dtype=np.uint64)
-    ipw = np.empty(n, dtype=np.uint64)
-    pw[0] = ipw[0] = 1
-    if n > 1:
-        np.cumprod(np.full(n - 1, _P, dtype=np.uint64), out=pw[1:])
-        np.cumprod(np.full(n - 1, _P_INV, dtype=np.uint64), out=ipw[1:])
-    return pw, ipw
+    """P**i and P**-i modulo 2**64 for i < n (integer cumprod wraps modulo 2**64); the longest pair computed
+    so far is kept (at most ``MAX_SCAN_CHARS`` + 1 long, 16 MB) and sliced."""
+    pw, ipw = _POWERS
+    if len(pw) < n:
+        pw = np.empty(n, dtype=np.uint64)
+        ipw = np.empty(n, dtype=np.uint64)
+        pw[0] = ipw[0] = 1
+        if n > 1:
+            np.cumprod(np.full(n - 1, _P, dtype=np.uint64), out=pw[1:])
+            np.cumprod(np.full(n - 1, _P_INV, dtype=np.uint64), out=ipw[1:])
+        if n <= _POWERS_KEEP:
+            _POWERS[:] = [pw, ipw]
+    return pw[:n], ipw[:n]
+
+
+_POWERS_KEEP = 1_000_001
 
 
 def _mix(h: np.ndarray, salt: np.uint64) -> np.ndarray:
@@ -70,6 +81,12 @@ def _mix(h: np.ndarray, salt: np.uint64) -> np.ndarray:
         h *= _MIX
         h ^= h >> np.uint64(32)
     return h
+
+
+def _bucket(h: np.ndarray) -> np.ndarray:
+    """The bucket of each hash, as uint32 (DIM is a power of two: ``& (DIM - 1)`` is ``% DIM``)."""
+    h &= np.uint64(DIM - 1)
+    return h.astype(np.uint32)
 
 
 def _word_mask(cps: np.ndarray) -> np.ndarray:
@@ -90,7 +107,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(bucket index, start position) of every feature of ``text`` (prepared)."""
     n = len(text)
     if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int32)
     cps32 = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     cps = cps32.astype(np.uint64)
     pw, ipw = _powers(n + 1)
@@ -101,7 +118,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
         np.cumsum(cps, out=pref[1:])
     idx_parts: list[np.ndarray] = []
     pos_parts: list[np.ndarray] = []
-    positions = np.arange(n, dtype=np.int64)
+    positions = np.arange(n, dtype=np.int32)
     with np.errstate(over="ignore"):
         for k in CHAR_NS:
             if n < k:
@@ -109,7 +126,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             m = n - k + 1  # the n-grams starting at 0 .. n-k: (pref[s + k] - pref[s]) * P**-s
             h = pref[k:] - pref[:m]
             h *= ipw[:m]
-            idx_parts.append(_mix(h, np.uint64(k)))
+            idx_parts.append(_bucket(_mix(h, np.uint64(k))))
             pos_parts.append(positions[:m])
         # words: runs of word characters
         wm = _word_mask(cps32)
@@ -120,22 +137,20 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             wh = (pref[we] - pref[ws]) * ipw[ws]
             if len(ws) > 1:
                 bh = wh[:-1] * _P + wh[1:]
-            idx_parts.append(_mix(wh, _SALT_WORD))
-            pos_parts.append(ws.astype(np.int64))
+            idx_parts.append(_bucket(_mix(wh, _SALT_WORD)))
+            pos_parts.append(ws.astype(np.int32))
             if len(ws) > 1:
-                idx_parts.append(_mix(bh, _SALT_BIGRAM))
-                pos_parts.append(ws[:-1].astype(np.int64))
+                idx_parts.append(_bucket(_mix(bh, _SALT_BIGRAM)))
+                pos_parts.append(ws[:-1].astype(np.int32))
     if not idx_parts:  # a text of one punctuation mark: no n-gram, no word
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    idx = np.concatenate(idx_parts)
-    idx &= np.uint64(DIM - 1)  # DIM is a power of two: the same as % DIM
-    return idx.astype(np.int64), np.concatenate(pos_parts)
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int32)
+    return np.concatenate(idx_parts), np.concatenate(pos_parts)
 
 
 def featurize(text: str) -> np.ndarray:
     """Sorted unique bucket indices of ``text`` (prepared); the vector is 1/sqrt(len) at each."""
     idx, _ = _ngram_hashes(text)
-    return np.unique(idx)
+    return _sorted_unique(idx).astype(np.int64)
 
 
 def featurize_windows(text: str) -> list[np.ndarray]:
@@ -152,25 +167,26 @@ LONG_TEXT = 200_000
 
 
 def _window_features(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """(window id, bucket) pairs, unique per window, sorted: one np.unique over the whole text."""
+    """(window id, bucket) pairs, unique per window, sorted: one sort over the whole text (of 32-bit keys
+    ``window << 18 | bucket`` when they fit, as they do for any text up to ``MAX_SCAN_CHARS``)."""
     idx, pos = _ngram_hashes(text)
     stride = STRIDE if len(text) <= LONG_TEXT else WINDOW
     w_last = pos // stride  # the last window that starts at or before pos
-    keys = [w_last * DIM + idx]
+    n_win = int(w_last.max()) + 1 if w_last.size else 1
+    kt: Any = np.uint32 if n_win <= 1 << (32 - 18) else np.int64
+    shift = kt(18)
+    keys = [(w_last.astype(kt) << shift) | idx.astype(kt)]
     if stride < WINDOW:  # overlapping windows: a feature also belongs to the previous window(s)
         for back in range(1, (WINDOW + stride - 1) // stride):
             w = w_last - back
             ok = (w >= 0) & (pos < w * stride + WINDOW)
-            keys.append(w[ok] * DIM + idx[ok])
-    all_keys = np.concatenate(keys)
-    if all_keys.size and int(all_keys.max()) < 1 << 32:
-        all_keys = all_keys.astype(np.uint32)  # the same keys, sorted twice as fast
-    uniq = _sorted_unique(all_keys).astype(np.int64)
-    return uniq >> 18, uniq & (DIM - 1)
+            keys.append((w[ok].astype(kt) << shift) | idx[ok].astype(kt))
+    uniq = _sorted_unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
+    return (uniq >> shift).astype(np.int64), (uniq & kt(DIM - 1)).astype(np.int64)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique`` for a large int64 array by one in-place sort (numpy's hash-based unique is several times
+    """``np.unique`` for a large integer array by one in-place sort (numpy's hash-based unique is several times
     slower on millions of keys); same result."""
     a.sort()
     if a.size == 0:

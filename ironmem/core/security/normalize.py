@@ -13,6 +13,7 @@ import html
 import re
 import unicodedata
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 # Removed before matching (they render as nothing). ZWJ/ZWNJ are removed too; whether they are *reported*
@@ -306,12 +307,38 @@ _ADJ_RE = re.compile(
 _ANY_CONF_RE = re.compile(f"[{_CONF_CHARS}]")
 
 
+_NEAR_STEPS = 1000  # rare characters looked at one by one before the plain search takes over
+
+
+def finditer_near(rx: re.Pattern[str], rare: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """The matches of ``rx.finditer(text)`` for a regex without lookbehind each of whose matches has a
+    character of the class ``rare`` (one character, rare in ordinary text) at its start or just after it:
+    only those two positions are tried (``match`` there reads what ``search`` reads), so ordinary text is
+    skipped at the speed of a character-class search. After ``_NEAR_STEPS`` rare characters (a text in
+    another script) the plain search goes on from where this stopped."""
+    pos, n = 0, len(text)
+    for _ in range(_NEAR_STEPS):
+        c = rare.search(text, pos)
+        if c is None:
+            return
+        p = c.start()
+        m = (rx.match(text, p - 1) if p - 1 >= pos else None) or rx.match(text, p)
+        if m is None:
+            pos = p + 1
+            continue
+        yield m
+        pos = m.end()
+        if pos >= n:
+            return
+    yield from rx.finditer(text, pos)
+
+
 def _confusable_words(dec: str) -> list[tuple[int, int]]:
     """Spans of the words in ``dec`` that the skeleton view rewrites."""
     spans: list[tuple[int, int]] = []
     last_end = -1
     n = len(dec)
-    for m in _ADJ_RE.finditer(dec):
+    for m in finditer_near(_ADJ_RE, _ANY_CONF_RE, dec):
         if m.start() < last_end:
             continue
         s, e = m.start(), m.end()

@@ -85,14 +85,23 @@ def _is_mention(view: str, span: tuple[int, int]) -> bool:
 
 def _content(
     text: str, context: str, depth: int, model: LinearModel | None
-) -> tuple[bool, list[Finding], list[Finding], float]:
-    """(blocked, blocking findings, weak findings, model score) for the text content (not hidden chars)."""
+) -> tuple[bool, list[Finding], list[Finding]]:
+    """(blocked, blocking findings, weak findings) for the text content (not hidden chars).
+
+    The model's score is computed only when the verdict reads it: a weak signal that needs its support, or
+    no blocking finding yet (the model alone may block). A text that rules block on their own is not scored."""
     v = normalize(text)
     view = v.skel
     matches = match_rules_views(view, v.norm, context=context)
     if depth == 0 and len(view) < 200_000 and _leet_hints(view) >= 3:
         matches += match_rules(view.translate(_LEET_TABLE), context=context, skip=frozenset(m.rule.id for m in matches))
-    score = model.score(view) if model is not None else 0.0
+    scored: list[float] = []
+
+    def score() -> float:
+        if not scored:
+            scored.append(model.score(view) if model is not None else 0.0)
+        return scored[0]
+
     strong: list[Finding] = []
     weak: list[Finding] = []
     mentions: set[str] = set()
@@ -118,10 +127,10 @@ def _content(
         # the attack, so only the model on its own (below) or other signals can block it
         if f.rule in mentions:
             continue
-        if len(distinct_weak) >= 2 or score >= support:
+        if len(distinct_weak) >= 2 or score() >= support:
             blocking.append(f)
-    if not blocking and score >= alone:
-        blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score:.2f}"))
+    if not blocking and score() >= alone:
+        blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score():.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
         inner = decoded_payloads(v, limit=50) + more_decodings(v)
@@ -129,7 +138,7 @@ def _content(
         if words & _ROT13_HINTS or "rot13" in view or "rot-13" in view or "rot 13" in view:
             inner.append(("rot13", codecs.encode(view[:20_000], "rot13"), (0, len(view))))
         for kind, s, span in inner[:50]:
-            sub_blocked, sub_f, _, _ = _content(s, context, depth + 1, model)
+            sub_blocked, sub_f, _ = _content(s, context, depth + 1, model)
             if sub_blocked:
                 top = sub_f[0]
                 blocking.append(
@@ -148,7 +157,7 @@ def _content(
     if depth == 0:
         blocking.extend(homoglyph_findings(v))
     weak_only = [f for f in weak if f not in blocking]
-    return bool(blocking), blocking, weak_only, score
+    return bool(blocking), blocking, weak_only
 
 
 def scan(text: str, context: ScanContext = "write") -> ScanResult:
@@ -206,9 +215,9 @@ def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) 
             continue
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
-    blocked, blocking, weak, _score = _content(text, context, 0, model)
+    blocked, blocking, weak = _content(text, context, 0, model)
     if hidden_text.strip():
-        sub_blocked, sub_f, _, _ = _content(hidden_text, context, 1, model)
+        sub_blocked, sub_f, _ = _content(hidden_text, context, 1, model)
         if sub_blocked:
             said = ", ".join(sorted({f.category for f in sub_f}))
             findings = [
