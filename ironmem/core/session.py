@@ -17,6 +17,7 @@ from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, estimate_tokens
 from .security import redact_secrets, scan
 from .snapshot import Snapshot
+from .text import well_formed
 
 if TYPE_CHECKING:
     from .manager import MemoryManager
@@ -197,6 +198,7 @@ class Session:
         longer than the manager's ``prefetch_timeout``."""
         manager = self.manager
         budget = RecallBudget.of(getattr(manager, "recall_budget", None))
+        user_message = well_formed(user_message) if isinstance(user_message, str) else user_message
         self.begin_turn(user_message)
         with self._lock:
             self.prefetch_count += 1
@@ -421,9 +423,12 @@ class Session:
         """
         if not (user or "").strip() and not (assistant or "").strip():
             return
+        # a lone surrogate (half a character, cut from a JSON escape) cannot be stored as UTF-8: it is kept as
+        # U+FFFD rather than losing the whole turn
+        user, assistant = well_formed(user or ""), well_formed(assistant or "")
         manager = self.manager
         try:
-            manager.builtin.index.add_turn(self.id, user or "", assistant or "", user_id=self.user_id, ts=ts)
+            manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")

@@ -88,6 +88,7 @@ __all__ = [
     "fold_map",
     "is_invisible",
     "skeleton",
+    "well_formed",
     "strip_invisibles",
 ]
 
@@ -176,6 +177,24 @@ def skeleton(text: str) -> str:
     out = unicodedata.normalize("NFD", text)
     out = "".join(table.get(ch, ch) for ch in out)
     return unicodedata.normalize("NFD", out)
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate (U+D800-U+DFFF, which no UTF-8 text can hold) as U+FFFD.
+
+    One character for one, so spans found in the result are spans of ``text``. Such code points reach Python
+    strings from JSON (``"\\ud83d"``) or from bytes decoded with ``surrogateescape``; the matchers work on UTF-8.
+
+    Example:
+        >>> well_formed("tea \\ud800 time")
+        'tea \ufffd time'
+    """
+    if text.isascii() or not _SURROGATE_RE.search(text):
+        return text
+    return _SURROGATE_RE.sub("\ufffd", text)
 
 
 # ------------------------------------------------------------------------------------------------ escapes

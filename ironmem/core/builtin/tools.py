@@ -118,6 +118,17 @@ def _text_field(raw: dict[str, Any], *names: str) -> Any:
     return ""
 
 
+def _lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate code point in ``text``, or None (the common case costs one check)."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def _operation(raw: Any, where: str, default_target: str, *, single: bool) -> Operation:
     if not isinstance(raw, dict):
         raise OperationError(f"{where} must be an object with an action, got {type(raw).__name__}")
@@ -147,6 +158,14 @@ def _operation(raw: Any, where: str, default_target: str, *, single: bool) -> Op
         raise OperationError(f"{where}: content is required for 'add' (the text of the new entry)")
     if ENTRY_DELIMITER.strip() in normalize_newlines(content).split("\n"):
         raise OperationError(f"{where}: content must not contain a line holding only '§' (the entry separator)")
+    for name, value in (("content", content), ("old_text", old_text)):
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            raise OperationError(
+                f"{where}: {name} holds a lone UTF-16 surrogate (U+{ord(value[bad]):04X}) at character {bad}, which "
+                "a UTF-8 file cannot store (half of an emoji or other character, usually cut from a JSON "
+                "escape); send the whole character or remove it. Nothing was written"
+            )
     return Operation(action, target, content, old_text.strip())
 
 

@@ -253,7 +253,10 @@ _SENSITIVE_WORDS = frozenset(
 
 _ENTITY_RE = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
 _PCT_RE = re.compile(r"%[0-9a-fA-F]{2}")
-_BSL_RE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+# ``\\uD83D\\uDE00`` (a UTF-16 surrogate pair, as JSON writes characters beyond the BMP) decodes to one character.
+_BSL_RE = re.compile(
+    r"\\u([dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})"
+)
 _QUOTE_JOIN_RE = re.compile(r"[\"']\s*,\s*[\"']")
 _WORD_RE = re.compile(r"[^\W\d_]+")
 
@@ -270,6 +273,14 @@ class Views:
     confusable_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
+def _decode_backslash(m: re.Match[str]) -> str:
+    if m.group(1):  # a surrogate pair: the one character it encodes
+        high, low = int(m.group(1)[:4], 16), int(m.group(1)[6:], 16)
+        return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+    value = int(m.group(2) or m.group(3), 16)
+    return m.group(0) if 0xD800 <= value <= 0xDFFF else chr(value)  # a lone half stays as written
+
+
 def _decode(text: str) -> tuple[str, int]:
     out = text
     n = 0
@@ -283,7 +294,7 @@ def _decode(text: str) -> tuple[str, int]:
             out = urllib.parse.unquote(out, errors="replace")
         if "\\" in out and _BSL_RE.search(out):
             n += len(_BSL_RE.findall(out))
-            out = _BSL_RE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), out)
+            out = _BSL_RE.sub(_decode_backslash, out)
         if out == before:
             break
     if out.count('","') + out.count("','") >= 3:

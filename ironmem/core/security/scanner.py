@@ -22,6 +22,7 @@ import re
 from typing import Literal
 
 from ironmem.core.fence import find_forgeries
+from ironmem.core.text import well_formed
 
 from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
 from .engine import match_rules, match_rules_views
@@ -203,6 +204,7 @@ def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) 
         raise TypeError(f"scan() takes a str, got {type(text).__name__}; decode bytes first")
     if context not in ("write", "recall"):
         raise ValueError(f"scan(context=...) must be 'write' or 'recall', got {context!r}")
+    text = well_formed(text)
     findings: list[Finding] = []
     hidden_text = ""
     if not text.isascii():
