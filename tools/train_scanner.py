@@ -41,6 +41,9 @@ C = 4.0
 # Structural categories are caught by dedicated detectors (hidden characters, fence, encodings); their
 # rows would teach the model character noise, so they are left out of its training set.
 STRUCTURAL = {"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"}
+# The documentation packages are split into two folds (a fold per package would multiply the evaluation's
+# retrainings); when one fold is scored, the model has seen only the other fold's packages.
+DOCS_FOLD_B = {"commander", "mermaid", "node-fetch"}
 FP_TARGET = 0.01  # whole-scanner false positives on the inner held-out sources
 GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
 
@@ -48,8 +51,9 @@ GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
 def source_of(row: dict[str, Any]) -> str:
     """The provenance group used for leave-one-source-out: the package, or the hand-written set."""
     src = row["source"]
-    if src.startswith("docs:"):  # package documentation: one fold for every package's READMEs
-        return "package-docs"
+    if src.startswith("docs:"):  # package documentation: two folds, each holding out whole packages
+        pkg = src.split(":")[2].split("==")[0]
+        return "package-docs-b" if pkg in DOCS_FOLD_B else "package-docs-a"
     if src.startswith("pypi:"):
         return src.split(":")[1].split("==")[0]
     return src.split(" ")[0]
