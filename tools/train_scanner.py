@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ironmem.core.security.model import DIM, featurize_windows, model_from_arrays, prepare
+from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare
 from ironmem.core.security.normalize import normalize
 from ironmem.core.security.scanner import rule_signals
 
@@ -41,9 +41,6 @@ C = 4.0
 # Structural categories are caught by dedicated detectors (hidden characters, fence, encodings); their
 # rows would teach the model character noise, so they are left out of its training set.
 STRUCTURAL = {"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"}
-# The documentation packages are split into two folds (a fold per package would multiply the evaluation's
-# retrainings); when one fold is scored, the model has seen only the other fold's packages.
-DOCS_FOLD_B = {"commander", "mermaid", "node-fetch"}
 FP_TARGET = 0.01  # whole-scanner false positives on the inner held-out sources
 GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
 
@@ -51,9 +48,6 @@ GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
 def source_of(row: dict[str, Any]) -> str:
     """The provenance group used for leave-one-source-out: the package, or the hand-written set."""
     src = row["source"]
-    if src.startswith("docs:"):  # package documentation: two folds, each holding out whole packages
-        pkg = src.split(":")[2].split("==")[0]
-        return "package-docs-b" if pkg in DOCS_FOLD_B else "package-docs-a"
     if src.startswith("pypi:"):
         return src.split(":")[1].split("==")[0]
     return src.split(" ")[0]
@@ -63,13 +57,8 @@ def load_corpus(path: Path = CORPUS) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-Feats = list[list[np.ndarray]]  # per row: the bucket indices of each of its windows (see model.featurize_windows)
-
-
-def features(rows: list[dict[str, Any]]) -> Feats:
-    """Per row, its windows' features: the model is trained on the same windows it scores (``model.WINDOW``
-    characters), so a long text is many window-sized examples, not one long one, and length is no feature."""
-    return [featurize_windows(prepare(normalize(r["text"]).skel)) for r in rows]
+def features(rows: list[dict[str, Any]]) -> list[np.ndarray]:
+    return [featurize(prepare(normalize(r["text"]).skel)) for r in rows]
 
 
 def signals(rows: list[dict[str, Any]]) -> np.ndarray:
@@ -87,13 +76,12 @@ def _matrix(feats: list[np.ndarray]):
     return csr_matrix((data, indices, indptr), shape=(len(feats), DIM))
 
 
-def fit(feats: Feats, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """L2-regularized logistic regression over windows (each window of a row carries the row's label),
-    class-balanced over windows, fitted with L-BFGS (deterministic)."""
+def fit(feats: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
+    """L2-regularized logistic regression, class-balanced, fitted with L-BFGS (deterministic)."""
     from scipy.optimize import minimize
 
-    X = _matrix([f for fl in feats for f in fl])
-    yy = np.repeat(y.astype(np.float64), [len(fl) for fl in feats])
+    X = _matrix(feats)
+    yy = y.astype(np.float64)
     n_pos, n_neg = max(yy.sum(), 1.0), max(len(yy) - yy.sum(), 1.0)
     sw = np.where(yy > 0, len(yy) / (2 * n_pos), len(yy) / (2 * n_neg))
     cols = np.unique(X.indices)  # optimize only the buckets that occur (the rest stay 0)
@@ -118,9 +106,8 @@ def fit(feats: Feats, y: np.ndarray) -> tuple[np.ndarray, float]:
     return w, float(res.x[-1])
 
 
-def _prob(w: np.ndarray, b: float, fl: list[np.ndarray]) -> float:
-    """The score ``LinearModel.score`` gives: the highest window."""
-    z = max((float(w[f].sum()) / float(np.sqrt(max(f.size, 1)))) for f in fl) + b
+def _prob(w: np.ndarray, b: float, f: np.ndarray) -> float:
+    z = (float(w[f].sum()) / float(np.sqrt(max(f.size, 1)))) + b
     return float(1.0 / (1.0 + np.exp(-z)))
 
 
@@ -155,7 +142,7 @@ def choose_thresholds(
 
 
 def _fit_cached(
-    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: Feats, y: np.ndarray
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: list[np.ndarray], y: np.ndarray
 ) -> tuple[np.ndarray, float]:
     """:func:`fit`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
     fit is the same fit). The leave-one-source-out evaluation fits "every source but A and B" both in A's
@@ -170,7 +157,7 @@ def _fit_cached(
 
 def train(
     rows: list[dict[str, Any]],
-    feats: Feats,
+    feats: list[np.ndarray],
     sig: np.ndarray | None = None,
     fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
 ) -> tuple[np.ndarray, float, dict[str, Any]]:
@@ -211,7 +198,7 @@ def train(
 
 def build_model(
     rows: list[dict[str, Any]],
-    feats: Feats | None = None,
+    feats: list[np.ndarray] | None = None,
     sig: np.ndarray | None = None,
     fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
 ):

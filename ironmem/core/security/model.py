@@ -8,9 +8,8 @@ Features (all computed with numpy, in linear time, no Python loop per character)
 
 Each n-gram is hashed (a polynomial hash modulo 2**64, position-independent thanks to the modular inverse
 of the base) into ``2**18`` buckets; a document's vector is the set of its buckets, L2-normalized, and the
-score is ``sigmoid(w . x + b)``. Texts over ``WINDOW`` characters are scored in overlapping windows and the
-highest window wins, so a payload cannot hide in padding; the trainer fits on the same windows (each window of
-a row is an example with the row's label), so a long text is not suspicious for its length.
+score is ``sigmoid(w . x + b)``. Long texts are scored in overlapping windows and the highest window wins,
+so a payload cannot hide in padding.
 
 The weights (``model.npz``, a few hundred KB) are produced by ``tools/train_scanner.py`` (scikit-learn,
 fixed seed) from ``tests/data/security/corpus.jsonl``; the runtime needs only numpy.
@@ -36,10 +35,8 @@ __all__ = ["DIM", "LinearModel", "featurize", "featurize_windows", "load_model",
 
 DIM = 1 << 18  # (``_window_features`` splits its keys with this shift)
 CHAR_NS = (2, 3, 4, 5)
-# Texts are scored AND trained in windows of this many characters (step STRIDE): a long text is judged by its
-# most suspicious window-sized piece, as many window-sized training examples, so length itself is no feature.
-WINDOW = 1000
-STRIDE = 500
+WINDOW = 3000
+STRIDE = 1500
 _P = np.uint64(1_000_003)
 _P_INV = np.uint64(pow(1_000_003, -1, 1 << 64))
 _MIX = np.uint64(0x9E3779B97F4A7C15)
