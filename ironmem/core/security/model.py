@@ -166,20 +166,24 @@ def featurize_windows(text: str) -> list[np.ndarray]:
 LONG_TEXT = 200_000
 
 
-def _window_features(text: str) -> tuple[np.ndarray, np.ndarray]:
+def _window_features(
+    text: str, window: int = WINDOW, stride: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(window id, bucket) pairs, unique per window, sorted: one sort over the whole text (of 32-bit keys
-    ``window << 18 | bucket`` when they fit, as they do for any text up to ``MAX_SCAN_CHARS``)."""
+    ``window << 18 | bucket`` when they fit, as they do for any text up to ``MAX_SCAN_CHARS``). Windows of
+    ``window`` characters start every ``stride`` (default: ``STRIDE``, or ``window`` past ``LONG_TEXT``)."""
     idx, pos = _ngram_hashes(text)
-    stride = STRIDE if len(text) <= LONG_TEXT else WINDOW
+    if stride is None:
+        stride = STRIDE if len(text) <= LONG_TEXT else window
     w_last = pos // stride  # the last window that starts at or before pos
     n_win = int(w_last.max()) + 1 if w_last.size else 1
     kt: Any = np.uint32 if n_win <= 1 << (32 - 18) else np.int64
     shift = kt(18)
     keys = [(w_last.astype(kt) << shift) | idx.astype(kt)]
-    if stride < WINDOW:  # overlapping windows: a feature also belongs to the previous window(s)
-        for back in range(1, (WINDOW + stride - 1) // stride):
+    if stride < window:  # overlapping windows: a feature also belongs to the previous window(s)
+        for back in range(1, (window + stride - 1) // stride):
             w = w_last - back
-            ok = (w >= 0) & (pos < w * stride + WINDOW)
+            ok = (w >= 0) & (pos < w * stride + window)
             keys.append((w[ok].astype(kt) << shift) | idx[ok].astype(kt))
     uniq = _sorted_unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
     return (uniq >> shift).astype(np.int64), (uniq & kt(DIM - 1)).astype(np.int64)
@@ -225,12 +229,23 @@ class LinearModel:
         text = prepare(normalized)
         if len(text) <= WINDOW:
             return self._prob(featurize(text))
-        win, idx = _window_features(text)
+        return float(self._window_probs(text, WINDOW, None).max())
+
+    def window_scores(self, prepared: str, width: int) -> np.ndarray:
+        """Probabilities of the windows of ``width`` characters of ``prepared`` (a :func:`prepare` d text) that
+        start every ``width // 2`` characters: window ``k`` is ``prepared[k * width // 2 : k * width // 2 +
+        width]``. One pass over the text, like :meth:`score`."""
+        if len(prepared) <= width:
+            return np.array([self._prob(featurize(prepared))])
+        return self._window_probs(prepared, width, width // 2)
+
+    def _window_probs(self, text: str, width: int, stride: int | None) -> np.ndarray:
+        win, idx = _window_features(text, width, stride)
         n_win = int(win[-1]) + 1
         sums = np.bincount(win, weights=self.weights[idx].astype(np.float64), minlength=n_win)
         counts = np.bincount(win, minlength=n_win)
         z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
-        return float(1.0 / (1.0 + np.exp(-float(z.max()))))
+        return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def model_from_arrays(weights: np.ndarray, bias: float, meta: dict[str, Any]) -> LinearModel:

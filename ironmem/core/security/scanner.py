@@ -17,6 +17,7 @@ only tries patterns where their anchor phrases occur, and the model hashes n-gra
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import re
 from typing import Literal
@@ -27,7 +28,7 @@ from ironmem.core.text import well_formed
 from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
 from .engine import match_rules, match_rules_views
 from .hidden import hidden_findings, homoglyph_findings
-from .model import LinearModel, load_model
+from .model import LinearModel, load_model, prepare
 from .normalize import normalize
 from .result import Finding, ScanResult
 
@@ -84,6 +85,72 @@ def _is_mention(view: str, span: tuple[int, int]) -> bool:
     return any(q in before[-12:] for q in _QUOTES) and any(q in after[:12] for q in _QUOTES)
 
 
+#: At recall time (ordinary past conversation is scanned, a false positive drops a turn) the evidence in a long text
+#: must be local: weak signals agree within this many characters of each other, the model supports a weak signal by
+#: its score of the text around it, and blocks on its own by its best window of RECALL_WINDOW characters. An attack
+#: is a compact passage; in a reply of several thousand characters two unrelated phrases or a score pulled up by
+#: length alone are chance. Write-time scanning (memory entries of at most a few thousand characters) is unchanged.
+RECALL_REACH = 400
+RECALL_WINDOW = 1000
+_WS_RUN_RE = re.compile(r"\s{2,}|^\s")
+
+
+def _agreeing_locally(signals: list[Finding]) -> set[Finding]:
+    """The weak signals that another rule's signal starts within about RECALL_REACH characters of (by buckets
+    of that size: linear in the number of signals, however many there are)."""
+    rules_near: dict[int, set[str]] = {}
+    for g in signals:
+        rules_near.setdefault(g.span[0] // RECALL_REACH, set()).add(g.rule)
+    agreeing = set()
+    for f in signals:
+        b = f.span[0] // RECALL_REACH
+        for k in (b - 1, b, b + 1):
+            near = rules_near.get(k)
+            if near and (len(near) > 1 or f.rule not in near):
+                agreeing.add(f)
+                break
+    return agreeing
+
+
+class _LocalScores:
+    """The model's scores of the RECALL_WINDOW-character windows of a long text, computed once; positions of the
+    scanner's view are mapped to the model's whitespace-collapsed text (:func:`prepare`)."""
+
+    def __init__(self, model: LinearModel | None, view: str) -> None:
+        self.model = model
+        self.view = view
+        self.scores = model.window_scores(prepare(view), RECALL_WINDOW) if model is not None else None
+        self.step = RECALL_WINDOW // 2
+        self._runs: list[tuple[int, int]] | None = None
+
+    def best(self) -> float:
+        return float(self.scores.max()) if self.scores is not None else 0.0
+
+    def support(self, start: int, end: int) -> float:
+        """The best score of the windows that hold the view's characters ``[start, end)`` (a finding and up to a
+        window of text around it; for a finding longer than a window, the windows it overlaps)."""
+        if self.scores is None:
+            return 0.0
+        a, b = self._prepared(start), self._prepared(end)
+        last_window = len(self.scores) - 1
+        first = min(last_window, max(0, (b - RECALL_WINDOW + self.step - 1) // self.step))
+        last = min(last_window, a // self.step)
+        if first > last:
+            first, last = last, first
+        return float(self.scores[first : last + 1].max())
+
+    def _prepared(self, pos: int) -> int:
+        """Where view position ``pos`` lands once whitespace runs are collapsed to one space."""
+        if self._runs is None:  # (end of a run, characters removed up to there), in order
+            removed, runs = 0, []
+            for m in _WS_RUN_RE.finditer(self.view):
+                removed += m.end() - m.start() - (0 if m.start() == 0 else 1)
+                runs.append((m.end(), removed))
+            self._runs = runs
+        k = bisect.bisect_right(self._runs, (pos, float("inf"))) - 1
+        return max(0, pos - (self._runs[k][1] if k >= 0 else 0))
+
+
 def _content(
     text: str, context: str, depth: int, model: LinearModel | None
 ) -> tuple[bool, list[Finding], list[Finding]]:
@@ -103,6 +170,13 @@ def _content(
             scored.append(model.score(view) if model is not None else 0.0)
         return scored[0]
 
+    windows: list[_LocalScores] = []
+
+    def local_scores() -> _LocalScores:
+        if not windows:
+            windows.append(_LocalScores(model, view))
+        return windows[0]
+
     strong: list[Finding] = []
     weak: list[Finding] = []
     mentions: set[str] = set()
@@ -121,17 +195,23 @@ def _content(
     else:
         support, alone = 2.0, 2.0
     blocking = list(strong)
-    distinct_weak = {f.rule for f in weak if f.rule not in mentions}
-    for f in weak:
-        # a weak signal blocks with a second one (two different rules agree) or with the model's support; a
-        # mention (a quoted or discussed attack phrase) is reported but supports nothing: the note is about
-        # the attack, so only the model on its own (below) or other signals can block it
-        if f.rule in mentions:
-            continue
-        if len(distinct_weak) >= 2 or score() >= support:
-            blocking.append(f)
-    if not blocking and score() >= alone:
-        blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {score():.2f}"))
+    signals = [f for f in weak if f.rule not in mentions]
+    local = context == "recall" and len(view) > 2 * RECALL_REACH
+    # a weak signal blocks with a second one (two different rules agree) or with the model's support; a mention
+    # (a quoted or discussed attack phrase) is reported but supports nothing: the note is about the attack, so only
+    # the model on its own (below) or other signals can block it. At recall time, in a long text (a past assistant
+    # reply of a few thousand characters), the agreement must be local (see RECALL_REACH)
+    if local:
+        agreeing = _agreeing_locally(signals)
+        blocking += [f for f in signals if f in agreeing]
+        if not blocking:  # the model is read only when the verdict depends on it
+            blocking += [f for f in signals if local_scores().support(*f.span) >= support]
+    elif signals and (len({g.rule for g in signals}) >= 2 or score() >= support):
+        blocking += signals
+    if not blocking:
+        alone_score = local_scores().best() if local else score()
+        if alone_score >= alone:
+            blocking.append(Finding("learned", "model.linear", (0, len(text)), f"model score {alone_score:.2f}"))
     # encoded payloads: decoded text that is itself an attack
     if depth < 2:
         inner = decoded_payloads(v, limit=50) + more_decodings(v)
