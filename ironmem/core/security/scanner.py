@@ -241,6 +241,21 @@ def _content(
     return bool(blocking), blocking, weak_only
 
 
+_TYPE_ARG_RE = re.compile(r"<[A-Za-z][A-Za-z0-9_]*(?:\s*[|,]\s*[A-Za-z][A-Za-z0-9_]*)*>")
+
+
+def _is_type_argument(text: str, start: int, end: int) -> bool:
+    """``List<System>``, ``axios.get<User>(...)``, ``useState<User | null>``: a role word in angle brackets written
+    right after an identifier is a generic type argument in code, not a chat-template tag (a tag starts a line
+    or follows a space or another tag). Only plain ASCII spellings qualify; the fence still neutralizes the
+    brackets when it renders the text, so nothing can be forged with one either way."""
+    return (
+        start > 0
+        and (text[start - 1].isascii() and (text[start - 1].isalnum() or text[start - 1] in "_$."))
+        and _TYPE_ARG_RE.fullmatch(text, start, end) is not None
+    )
+
+
 def scan(text: str, context: ScanContext = "write") -> ScanResult:
     return scan_with_model(text, context, load_model())
 
@@ -294,6 +309,8 @@ def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) 
         if kind == "header" and context == "recall":
             # A turn header ("assistant:") is what a recalled past turn looks like; the fence neutralizes
             # headers when it renders recall, so only a memory WRITE is refused for one.
+            continue
+        if kind == "token" and _is_type_argument(text, s, e):
             continue
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
