@@ -87,6 +87,7 @@ __all__ = [
     "fold_char",
     "fold_map",
     "is_invisible",
+    "lone_surrogate",
     "skeleton",
     "well_formed",
     "strip_invisibles",
@@ -192,9 +193,22 @@ def well_formed(text: str) -> str:
         >>> well_formed("tea \\ud800 time")
         'tea \ufffd time'
     """
-    if text.isascii() or not _SURROGATE_RE.search(text):
+    if lone_surrogate(text) is None:
         return text
     return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Index of the first lone UTF-16 surrogate in ``text``, or None (ASCII text costs one check).
+
+    Example:
+        >>> lone_surrogate("ok"), lone_surrogate("a\\udc00b")
+        (None, 1)
+    """
+    if text.isascii():
+        return None
+    m = _SURROGATE_RE.search(text)
+    return m.start() if m else None
 
 
 # ------------------------------------------------------------------------------------------------ escapes

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import OperationError
 from ..provider import ToolSchema
+from ..text import lone_surrogate
 from .store import ENTRY_DELIMITER, normalize_newlines
 
 __all__ = [
@@ -118,17 +119,6 @@ def _text_field(raw: dict[str, Any], *names: str) -> Any:
     return ""
 
 
-def _lone_surrogate(text: str) -> int | None:
-    """Index of the first lone surrogate code point in ``text``, or None (the common case costs one check)."""
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None
-
-
 def _operation(raw: Any, where: str, default_target: str, *, single: bool) -> Operation:
     if not isinstance(raw, dict):
         raise OperationError(f"{where} must be an object with an action, got {type(raw).__name__}")
@@ -159,7 +149,7 @@ def _operation(raw: Any, where: str, default_target: str, *, single: bool) -> Op
     if ENTRY_DELIMITER.strip() in normalize_newlines(content).split("\n"):
         raise OperationError(f"{where}: content must not contain a line holding only '§' (the entry separator)")
     for name, value in (("content", content), ("old_text", old_text)):
-        bad = _lone_surrogate(value)
+        bad = lone_surrogate(value)
         if bad is not None:
             raise OperationError(
                 f"{where}: {name} holds a lone UTF-16 surrogate (U+{ord(value[bad]):04X}) at character {bad}, which "

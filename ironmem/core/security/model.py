@@ -232,8 +232,8 @@ class LinearModel:
         return float(self._window_probs(text, WINDOW, None).max())
 
     def window_scores(self, prepared: str, width: int) -> np.ndarray:
-        """Probabilities of the windows of ``width`` characters of ``prepared`` (a :func:`prepare` d text) that
-        start every ``width // 2`` characters: window ``k`` is ``prepared[k * width // 2 : k * width // 2 +
+        """Probabilities of the windows of ``width`` characters of ``prepared`` (text already through
+        :func:`prepare`) that start every ``width // 2`` characters: window ``k`` is ``prepared[k * width // 2 : k * width // 2 +
         width]``. One pass over the text, like :meth:`score`."""
         if len(prepared) <= width:
             return np.array([self._prob(featurize(prepared))])
