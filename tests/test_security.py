@@ -255,6 +255,19 @@ def test_legit_zwj_is_allowed_but_the_same_character_inside_latin_words_is_not()
     assert hidden.blocked and hidden.categories == ["invisible_text"]
 
 
+def test_a_stray_zero_width_space_in_a_recalled_turn_is_kept_but_one_inside_a_word_is_not() -> None:
+    # pasted e-mail text often ends in a zero-width space: one, outside a word, hides nothing
+    stray = "Hi Michael,\n\nThanks for the quick reply, see you on Monday.\u200b"
+    assert scan(stray, context="write").blocked  # a memory write stays strict
+    assert not scan(stray, context="recall").blocked
+    assert not scan("Lunch at noon \u2060 then the dentist.", context="recall").blocked
+    # one inside a word splits it (evasion); two or more, a bidi control or a variation selector can carry something
+    for hostile in ("Console.log(syst\u2060emPrompt)", "see \u200byou\u200b soon", "invoice \u202etxt.exe",
+                    "ok\ufe01 thanks"):
+        result = scan(hostile, context="recall")
+        assert result.blocked and "invisible_text" in result.categories, hostile
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the result API
 

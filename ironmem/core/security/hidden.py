@@ -67,8 +67,18 @@ _TAG_RUN_RE = re.compile("[\U000e0000-\U000e007f]+")
 _TAG_TO_ASCII = {cp: (chr(cp - 0xE0000) if 0xE0020 <= cp <= 0xE007E else None) for cp in range(0xE0000, 0xE0080)}
 
 
-def hidden_findings(text: str) -> tuple[list[Finding], str]:
-    """Findings for invisible characters used without a legitimate reason, and any tag-hidden text."""
+#: A single one of these outside a word hides nothing: it carries at most a bit and splits no word. Recalled past
+#: turns are copied and pasted text, where a stray one is common (an e-mail's trailing zero-width space). One inside
+#: a word (``syst<U+2060>emPrompt``) splits it to slip past a filter, so it still counts; bidi controls, which reorder
+#: what the reader sees, and variation selectors, which carry a byte each, are not in the set.
+_LONE_BREAKS = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def hidden_findings(text: str, *, allow_lone_break: bool = False) -> tuple[list[Finding], str]:
+    """Findings for invisible characters used without a legitimate reason, and any tag-hidden text.
+
+    ``allow_lone_break`` (recall time): a text whose only such character is one zero-width space, joiner, non-joiner,
+    word joiner or byte-order mark, not between two letters or digits, gets no invisible-text finding."""
     findings: list[Finding] = []
     hidden_chars: list[str] = []
     n = len(text)
@@ -136,6 +146,10 @@ def hidden_findings(text: str) -> tuple[list[Finding], str]:
         ):
             continue  # Hangul fillers inside a jamo sequence
         bad_invisible.append(i)
+    if len(bad_invisible) == 1 and allow_lone_break and text[bad_invisible[0]] in _LONE_BREAKS:
+        i = bad_invisible[0]
+        if not (0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()):
+            bad_invisible.clear()
     if bad_invisible:
         i = bad_invisible[0]
         findings.append(

@@ -303,7 +303,7 @@ def scan_with_model(text: str, context: ScanContext, model: LinearModel | None) 
     findings: list[Finding] = []
     hidden_text = ""
     if not text.isascii():
-        hf, hidden_text = hidden_findings(text)
+        hf, hidden_text = hidden_findings(text, allow_lone_break=context == "recall")
         findings.extend(hf)
     for s, e, kind in find_forgeries(text):
         if kind == "header" and context == "recall":
