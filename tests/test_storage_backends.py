@@ -339,6 +339,7 @@ PARITY_QUERIES = [
     "kestrel deploy", "running", "walk", "爬山", "数据库 部署", "周末去爬山吧", "ticket T1005", "T1010",
     "budget meeting report", "the production rollback after the migrate of the schema went wrong again today",
     "coffee", "cache latency python", "咖啡", "天", "zzz-nothing", "deploy OR staging", "Alps hiking weekend",
+    "when did we deploy the kestrel server after the budget meeting, the report, the invoice, tea and coffee on the weekend?",
 ]
 
 
