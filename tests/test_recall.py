@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
+from collections import Counter
 from contextlib import closing
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ironmem import MemoryManager
+from ironmem.core.builtin import ranking
 from ironmem.core.builtin.index import SearchIndex
 from ironmem.core.builtin.ranking import query_terms, stem
 from ironmem.core.builtin.vectors import embeddings_missing
@@ -67,6 +71,85 @@ def test_ties_are_not_broken_by_age(index: SearchIndex) -> None:
     for _ in range(5):
         index.add_turn("s1", "walrus", "ok", user_id=None)
     assert "zebra" in index.search("zebra walrus", kinds=("turn",), limit=1)[0].text
+
+
+def test_every_word_of_a_long_question_scores(index: SearchIndex) -> None:
+    # A question of more than MAX_RANKED_TERMS words: only its rarest words look for candidates, but every word
+    # (here the function word "who") still adds its BM25 weight to the candidates found. The answer holds "barn"
+    # and "who"; the newer, shorter decoy holds only "barn", and would win if "who" were not counted.
+    index.add_turn("s1", "who knows, the barn roof leaks again this year", "get it fixed", user_id=None)
+    index.add_turn("s1", "the barn roof leaks", "get it fixed", user_id=None)
+    for i in range(20):
+        index.add_turn("s2", f"filler chat number {i}", "sure", user_id=None)
+    hits = index.search("Who painted the blue door of the old red barn near the river mill last spring?",
+                        kinds=("turn",), limit=2)
+    assert [h.turn_id for h in hits] == [1, 2]
+
+
+def test_a_function_word_orders_turns_that_tie_on_content_words(index: SearchIndex) -> None:
+    # 60 newer turns hold "party" as the oldest does (80 others do not); only the oldest also holds "who". Function words never
+    # make a turn a candidate, but among turns holding the same content words they decide which are re-scored
+    # first: the oldest is not cut off by the re-scored window.
+    index.add_turn("s1", "who came to the party", "ok", user_id=None)
+    for i in range(60):
+        index.add_turn("s2", f"the party {i:02d} was fun", "ok", user_id=None)
+    for i in range(80):
+        index.add_turn("s3", f"other chat {i:02d}", "ok", user_id=None)
+    hits = index.search("who was at the party?", kinds=("turn",), limit=3)
+    assert hits[0].turn_id == 1
+
+
+def test_turns_holding_only_function_words_are_scored_when_content_words_are_rare(index: SearchIndex) -> None:
+    # A long question (its function words find no candidates) whose content words are in one turn: the other
+    # results are turns holding only the speakers' names (a word of every turn), scored with BM25 beyond the
+    # re-scored window, where the question's "who" counts: the old answer beats 100 newer name-only turns.
+    index.add_turn("s1", "Nadia: who was the guy at your party?", "Maren: Casimir, he is a pilot now", user_id=None)
+    index.add_turn("s1", "Nadia: coming to his wedding on saturday?", "Maren: yes, Casimir invited me", user_id=None)
+    for i in range(100):
+        index.add_turn("s2", f"Nadia: random chat {i:03d}", "Maren: haha yes", user_id=None)
+    hits = index.search("What job does the friend who invited Maren to his wedding have?", kinds=("turn",), limit=3)
+    assert [h.turn_id for h in hits[:2]] == [2, 1]
+
+
+def test_scoring_stops_early_only_when_the_best_are_known(index: SearchIndex, monkeypatch) -> None:
+    # With a window as large as the history, rank_turns may still stop scoring once no candidate left can enter
+    # the best (its upper bound of BM25). Whatever it skips, its results must be those of scoring every turn
+    # holding a query term with the same BM25 (small history: every candidate list is complete, df exact).
+    rng = random.Random(5)
+    words = "who what my kayak river trip alpha beta pilot party wedding job coffee rain".split()
+    rows = []
+    for i in range(300):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        rows.append((f"s{i % 7}", None, float(i), text, rng.choice(["ok", "sure thing", ""])))
+    index.add_turns(rows)
+    monkeypatch.setattr(ranking, "RERANK_MIN", 10**6)
+    texts = [f"{user}\n{assistant}" for _, _, _, user, assistant in rows]
+    toks = [ranking.tokens(t) for t in texts]
+    counts = [Counter(t) for t in toks]
+    avgdl = sum(len(t) for t in texts) / len(texts)
+    for _ in range(40):
+        query = " ".join(rng.sample(words, rng.randint(1, 4)))
+        terms = query_terms(query)
+        if not terms:
+            continue
+        n = len(rows)
+        kept = []
+        for term in terms:
+            df = sum(1 for t, c in zip(toks, counts) if term.count(t, c))
+            if df:
+                weak = term.weak or ranking.common(df, n)
+                kept.append((ranking.bm25_idf(n, df), replace(term, weak=weak)))
+        scorer = ranking.Scorer(kept, avgdl)
+        expected = []
+        for i, (t, c) in enumerate(zip(toks, counts)):
+            held = [term for _, term in kept if term.count(t, c)]
+            if held:
+                value = scorer.score(texts[i], len(texts[i]))
+                content = any(not term.weak for term in held)
+                expected.append(((not content, -value[0], -value[1], -value[2], len(texts[i]), -(i + 1)), i + 1))
+        expected.sort()
+        found, _ = ranking.rank_turns(index, terms, 5)
+        assert [r.row[0] for r in found] == [rowid for _, rowid in expected[:5]], query
 
 
 def test_one_stopword_policy_for_the_tool_and_recall(tmp_path: Path) -> None:

@@ -308,13 +308,13 @@ def test_session_search_tool_and_recall(seeded: MemoryManager) -> None:
 def test_rare_words_rank_first(make_manager: Callable[..., MemoryManager]) -> None:
     """A word in one turn of 1,200 outranks a word in every other turn, whatever the order."""
     m = make_manager()
-    rows = [("bulk", None, float(i), f"weekly status report number {i}", "noted") for i in range(1200)]
+    rows = [("bulk", None, float(i), f"weekly status report number {i:04d}", "noted") for i in range(1200)]
     rows.insert(300, ("rare", None, 300.5, "the zanzibar status", "noted"))
     m.builtin.index.add_turns(rows)
     hits = m.builtin.index.search("status zanzibar", kinds=("turn",), limit=3)
     assert hits[0].session_id == "rare"
     assert [h.session_id for h in hits[1:]] == ["bulk", "bulk"]
-    assert hits[1].ts == 1199.0  # ties: newest first
+    assert hits[1].ts == 1199.0  # ties (same words, same length): newest first
 
 
 def _corpus(seed: int = 7, n: int = 1500) -> list[tuple[str, str | None, float, str, str]]:
@@ -339,6 +339,7 @@ PARITY_QUERIES = [
     "kestrel deploy", "running", "walk", "爬山", "数据库 部署", "周末去爬山吧", "ticket T1005", "T1010",
     "budget meeting report", "the production rollback after the migrate of the schema went wrong again today",
     "coffee", "cache latency python", "咖啡", "天", "zzz-nothing", "deploy OR staging", "Alps hiking weekend",
+    "when did we deploy the kestrel server after the budget meeting, the report, the invoice, tea and coffee on the weekend?",
 ]
 
 

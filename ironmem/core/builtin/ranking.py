@@ -20,11 +20,15 @@ Python, the same way for both backends.
   a rarer term) and the newest turns holding all of the rarest capped terms at once; the document frequency
   is estimated from how far back a capped list reaches (:func:`estimate_df`); N is the newest turn id.
 - **Scoring** (:class:`Scorer`, :func:`rank_turns`): candidates are ordered by the summed IDF of the terms
-  they hold; the best ``RERANK_MIN`` (at least ``RERANK_FACTOR * limit``) are scored with BM25 (k1 = 1.2,
-  b = 0.75, lengths in characters against the average of the newest ``AVGDL_SAMPLE`` turns) from their text,
-  plus a small bonus for two query terms standing next to each other ("guinea pig"). Ties are broken by the
-  score's components (terms matched, their summed IDF, shorter text), and only for turns equal in all of
-  them by turn id.
+  they hold (among equal sums, by the function words they hold); the best ``RERANK_MIN`` (at least
+  ``RERANK_FACTOR * limit``) are scored with BM25 (k1 = 1.2, b = 0.75, lengths in characters against the
+  average of the newest ``AVGDL_SAMPLE`` turns) from their text, plus a small bonus for two query terms
+  standing next to each other ("guinea pig"). Every query term scores, also those of a long query that find
+  no candidates (its function words, its commonest words beyond the ``MAX_RANKED_TERMS`` rarest: their df
+  from a short probe). When the content words find fewer turns than asked for, up to ``EXACT_MAX`` candidates
+  are scored, not just the window. Scoring stops early once no candidate left can enter the best (an upper
+  bound of BM25 from the first-pass sum). Ties are broken by the score's components (terms matched, their
+  summed IDF, shorter text), and only for turns equal in all of them by turn id.
 
 A backend only supplies the candidate lists and the corpus statistics (:class:`TurnSource`); the same code
 scores and orders, so both backends return the same hits with the same scores.
@@ -126,12 +130,19 @@ CANDIDATE_CAP = 500
 PROBE_ROWS = 128
 #: How many of the rarest capped terms the extra "all of them" candidate list combines.
 AND_TERMS = 3
-#: Only the rarest terms of a long query rank (the others carry little weight and would cost the most).
+#: Only the rarest terms of a long query find candidates (the others carry little weight and would cost the most;
+#: they still score the candidates found).
 MAX_RANKED_TERMS = 8
 #: Candidates (in summed-IDF order) re-scored with full BM25 from their text: at least this many ...
 RERANK_MIN = 48
 #: ... and at least this many times the number of results asked for.
 RERANK_FACTOR = 4
+#: When the query's content words find fewer turns than asked for, up to this many candidates are scored with
+#: BM25 (not just the window above), in first-pass order, until the best are known exactly (see
+#: :func:`rank_turns`).
+EXACT_MAX = 512
+#: Candidates loaded and scored at a time, between checks whether the best are known.
+SCORE_BATCH = 32
 #: BM25 parameters: the usual values (Robertson and Zaragoza; Lucene's and FTS5's defaults), not tuned here.
 K1 = 1.2
 B = 0.75
@@ -363,8 +374,12 @@ class Scorer:
         return total, matched, idf_sum
 
 
-def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> Iterator[tuple[float, int]]:
+def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int],
+            also: Sequence[tuple[float, set[int]]] = ()) -> Iterator[tuple[float, int]]:
     """Every id of ``sets`` except ``exclude``, best first: an id scores the summed weight of the sets holding it.
+
+    ``also``: ``(weight, set)`` of terms that order ids of equal score (the function words of the query: they
+    never make an id a candidate but count in its BM25 score); the yielded score is still that of ``sets``.
 
     Term combinations are visited from the heaviest down; the ids first found in the intersection of a
     combination hold exactly those terms (an id holding more was found at a heavier combination), so the
@@ -408,7 +423,11 @@ def _ranked(sets: list[set[int]], weights: list[float], exclude: set[int]) -> It
             continue
         seen |= fresh
         score = totals[mask]
-        for rowid in sorted(fresh, reverse=True):
+        if also and len(fresh) > 1:
+            order = sorted(fresh, key=lambda i: (-sum(w for w, held in also if i in held), -i))
+        else:
+            order = sorted(fresh, reverse=True)
+        for rowid in order:
             yield score, rowid
 
 
@@ -517,13 +536,16 @@ def rank_turns(
     newest = source.newest()
     if not newest:
         return [], 0.0
-    if len(terms) > MAX_RANKED_TERMS:  # a long query: its function words are dropped, ...
+    scoring = terms  # every term scores a candidate; only the rarest few of a long query find candidates
+    probed: dict[int, tuple[int, int]] = {}  # index in ``scoring`` -> (count, oldest) of its PROBE_ROWS newest
+    if len(terms) > MAX_RANKED_TERMS:  # a long query: its function words find no candidates, ...
         terms = [t for t in terms if not t.weak]
-    if len(terms) > MAX_RANKED_TERMS:  # ... and only its rarest terms kept, judged from a short probe
-        probed = [(estimate_df(found, oldest, found >= PROBE_ROWS, newest), i, term)
-                  for i, (term, (found, oldest)) in enumerate(zip(terms, source.probe(terms, newest))) if found]
-        probed.sort(key=lambda p: (p[0], p[1]))
-        terms = [term for _, _, term in sorted(probed[:MAX_RANKED_TERMS], key=lambda p: p[1])]
+    if len(terms) > MAX_RANKED_TERMS:  # ... and only its rarest terms do, judged from a short probe
+        at = [i for i, t in enumerate(scoring) if not t.weak]
+        probed.update(zip(at, source.probe(terms, newest)))
+        rare = sorted((estimate_df(found, oldest, found >= PROBE_ROWS, newest), i)
+                      for i, (found, oldest) in probed.items() if found)
+        terms = [scoring[i] for i in sorted(i for _, i in rare[:MAX_RANKED_TERMS])]
         if not terms:
             return [], 0.0
     kept: list[tuple[float, Term, bool]] = []  # (idf, term, capped)
@@ -539,6 +561,20 @@ def rank_turns(
     mass = sum(w for w, _, _ in kept) + (len(terms) - len(kept)) * bm25_idf(newest, 0)
     if not kept:
         return [], mass
+    # The other terms of a long query (function words, commoner words) add their BM25 weight to the candidates'
+    # scores, with the document frequency of their probe: the score is BM25 over the whole query.
+    generating = set(terms)
+    rest = [i for i, t in enumerate(scoring) if t not in generating]
+    missing = [i for i in rest if i not in probed]
+    if missing:
+        probed.update(zip(missing, source.probe([scoring[i] for i in missing], newest)))
+    extra: list[tuple[float, Term]] = []
+    for i in rest:
+        count, oldest = probed[i]
+        if count:
+            idf = bm25_idf(newest, estimate_df(count, oldest, count >= PROBE_ROWS, newest))
+            extra.append((idf, replace(scoring[i], weak=True)))
+            mass += idf
     # Turns holding several common terms at once, even if older than each term's cap: the rarest few only.
     strong = [i for i, (_, term, _) in enumerate(kept) if not term.weak]
     capped = sorted((i for i in strong if kept[i][2]), key=lambda i: (-kept[i][0], i))[:AND_TERMS]
@@ -552,28 +588,57 @@ def rank_turns(
     weak = [i for i in range(len(kept)) if i not in strong]
     found_strong = set().union(*(sets[i] for i in strong))
     ranked = itertools.chain(
-        _ranked([sets[i] for i in strong], [kept[i][0] for i in strong], excluded),
-        _ranked([sets[i] for i in weak], [kept[i][0] for i in weak], excluded | found_strong) if weak else (),
+        ((score, rowid, True) for score, rowid in
+         _ranked([sets[i] for i in strong], [kept[i][0] for i in strong], excluded,
+                 [(kept[i][0], sets[i]) for i in weak])),
+        ((score, rowid, False) for score, rowid in
+         _ranked([sets[i] for i in weak], [kept[i][0] for i in weak], excluded | found_strong)) if weak else (),
     )
+    total, count = source.length_stats(newest)
+    scorer = Scorer([(w, t) for w, t, _ in kept] + extra, total / count if count else 1.0)
+    # An upper bound of the BM25 score of a candidate not scored yet, from its first-pass score (the summed IDF
+    # of the terms whose lists hold it): each term adds less than ``idf * (K1 + 1)``; a term it may hold without
+    # being in that term's list (a capped list, a function word, a term that looked for no candidates) counts as
+    # held; every pair of query words as adjacent.
+    extra_mass = sum(w for w, _ in extra)
+    capped_mass = sum(kept[i][0] for i in range(len(kept)) if kept[i][2])
+    unseen = {True: sum(kept[i][0] for i in weak) + extra_mass + capped_mass, False: extra_mass + capped_mass}
+    singles = sorted(scorer.terms[j][0] for j in scorer.single.values()) if len(scorer.single) >= 2 else []
+    pairs = PROXIMITY_WEIGHT * sum(w * (len(singles) - 1 - n) for n, w in enumerate(singles))
+
+    def bound(first: float, content: bool) -> float:
+        return (K1 + 1.0) * (first + unseen[content]) + pairs
+
+    # Candidates are scored in first-pass order, a batch at a time, until no candidate left can enter the best
+    # ``limit`` (exact BM25 order), or ``EXACT_MAX`` (at least the window) have been scored: the first pass
+    # then only decides which candidates a very common query looks at.
     window = max(RERANK_MIN, RERANK_FACTOR * limit)
-    rows: list[TurnRow] = []
+    # Fewer content turns than asked for: the rest come from turns holding only function words (or a name in
+    # every turn), which the first pass can hardly tell apart: up to EXACT_MAX of them are scored.
+    most = max(window, EXACT_MAX) if len(found_strong - excluded) < limit else window
+    scored: list[tuple[tuple[Any, ...], int, float]] = []
     pulled = 0
-    while len(rows) < window and pulled < window * 16:
-        batch = [rowid for _, rowid in itertools.islice(ranked, window)]
+    while len(scored) < most and pulled < window * 16:
+        batch = list(itertools.islice(ranked, min(SCORE_BATCH, most - len(scored))))
         if not batch:
             break
         pulled += len(batch)
-        rows.extend(source.load(batch, user_id=user_id, exclude_session=exclude_session, head=SCORED_CHARS))
-    rows = rows[:window]
-    if not rows:
+        rows = source.load([rowid for _, rowid, _ in batch], user_id=user_id, exclude_session=exclude_session,
+                           head=SCORED_CHARS)
+        for row in rows:
+            value = scorer.score(f"{row[4]}\n{row[5]}", row[6], [row[0] in s for s in sets])
+            content = row[0] in found_strong
+            scored.append(((not content, -value[0], -value[1], -value[2], row[6], -row[0]), row[0], value[0]))
+        if len(scored) >= limit:
+            kth = heapq.nsmallest(limit, scored)[-1]
+            kth_content, kth_score = not kth[0][0], -kth[0][1]
+            first, _, in_strong = batch[-1]
+            if kth_content and (not in_strong or bound(first, True) < kth_score):
+                break  # the rest are weaker content turns, or turns without a content word
+            if not kth_content and not in_strong and bound(first, False) < kth_score:
+                break
+    if not scored:
         return [], mass
-    total, count = source.length_stats(newest)
-    scorer = Scorer([(w, t) for w, t, _ in kept], total / count if count else 1.0)
-    scored = []
-    for row in rows:
-        value = scorer.score(f"{row[4]}\n{row[5]}", row[6], [row[0] in s for s in sets])
-        content = row[0] in found_strong
-        scored.append(((not content, -value[0], -value[1], -value[2], row[6], -row[0]), row[0], value[0]))
     scored.sort()
     best = scored[:limit]
     full = {r[0]: r for r in source.load([rowid for _, rowid, _ in best], user_id=None, exclude_session=None,
