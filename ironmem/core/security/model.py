@@ -172,21 +172,34 @@ def _window_features(
     """(window id, bucket) pairs, unique per window, sorted: one sort over the whole text (of 32-bit keys
     ``window << 18 | bucket`` when they fit, as they do for any text up to ``MAX_SCAN_CHARS``). Windows of
     ``window`` characters start every ``stride`` (default: ``STRIDE``, or ``window`` past ``LONG_TEXT``)."""
+    uniq = _window_keys(text, window, stride)
+    shift = uniq.dtype.type(18)
+    return (uniq >> shift).astype(np.int64), (uniq & uniq.dtype.type(DIM - 1)).astype(np.int64)
+
+
+def _window_keys(text: str, window: int, stride: int | None) -> np.ndarray:
+    """The sorted unique keys ``window << 18 | bucket`` of :func:`_window_features` (uint32 when they fit, else
+    int64). A feature's key in the window(s) before its last one is its own key minus ``back << 18`` (the bucket
+    bits are untouched): one key array is built, the others are masked copies of it."""
     idx, pos = _ngram_hashes(text)
     if stride is None:
         stride = STRIDE if len(text) <= LONG_TEXT else window
     w_last = pos // stride  # the last window that starts at or before pos
     n_win = int(w_last.max()) + 1 if w_last.size else 1
     kt: Any = np.uint32 if n_win <= 1 << (32 - 18) else np.int64
-    shift = kt(18)
-    keys = [(w_last.astype(kt) << shift) | idx.astype(kt)]
+    key = w_last.astype(kt)
+    key <<= kt(18)
+    key |= idx
+    keys = [key]
     if stride < window:  # overlapping windows: a feature also belongs to the previous window(s)
+        offset = pos - w_last * stride  # where the feature starts in its last window
         for back in range(1, (window + stride - 1) // stride):
-            w = w_last - back
-            ok = (w >= 0) & (pos < w * stride + window)
-            keys.append((w[ok].astype(kt) << shift) | idx[ok].astype(kt))
-    uniq = _sorted_unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
-    return (uniq >> shift).astype(np.int64), (uniq & kt(DIM - 1)).astype(np.int64)
+            # window w_last - back exists and still holds pos (pos < (w_last - back) * stride + window)
+            ok = (w_last >= back) & (offset < window - back * stride)
+            k = key[ok]
+            k -= kt(back << 18)
+            keys.append(k)
+    return _sorted_unique(np.concatenate(keys) if len(keys) > 1 else key)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -240,9 +253,14 @@ class LinearModel:
         return self._window_probs(prepared, width, width // 2)
 
     def _window_probs(self, text: str, width: int, stride: int | None) -> np.ndarray:
-        win, idx = _window_features(text, width, stride)
+        # the keys of _window_features split without widening them first (bincount reads the float32 weights as
+        # float64 and adds them in the keys' order, as it did from a float64 copy: the same sums)
+        uniq = _window_keys(text, width, stride)
+        kt = uniq.dtype.type
+        win = uniq >> kt(18)
+        idx = uniq & kt(DIM - 1)
         n_win = int(win[-1]) + 1
-        sums = np.bincount(win, weights=self.weights[idx].astype(np.float64), minlength=n_win)
+        sums = np.bincount(win, weights=self.weights[idx], minlength=n_win)
         counts = np.bincount(win, minlength=n_win)
         z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
         return np.asarray(1.0 / (1.0 + np.exp(-z)))
