@@ -192,10 +192,14 @@ def _window_keys(text: str, window: int, stride: int | None) -> np.ndarray:
     key |= idx
     keys = [key]
     if stride < window:  # overlapping windows: a feature also belongs to the previous window(s)
-        offset = pos - w_last * stride  # where the feature starts in its last window
+        offset: np.ndarray | None = None  # where a feature starts in its last window
         for back in range(1, (window + stride - 1) // stride):
             # window w_last - back exists and still holds pos (pos < (w_last - back) * stride + window)
-            ok = (w_last >= back) & (offset < window - back * stride)
+            ok = w_last >= back
+            if window - back * stride < stride:  # (else every offset, below stride, passes)
+                if offset is None:
+                    offset = pos - w_last * stride
+                ok &= offset < window - back * stride
             k = key[ok]
             k -= kt(back << 18)
             keys.append(k)
@@ -261,7 +265,8 @@ class LinearModel:
         idx = uniq & kt(DIM - 1)
         n_win = int(win[-1]) + 1
         sums = np.bincount(win, weights=self.weights[idx], minlength=n_win)
-        counts = np.bincount(win, minlength=n_win)
+        # the keys are sorted by window: a window's count is the length of its run
+        counts = np.diff(np.searchsorted(win, np.arange(n_win + 1, dtype=win.dtype)))
         z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
         return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
