@@ -21,6 +21,7 @@ class cheap for the regex engine (``!``, ``<``, ``[``), and every gap is bounded
 
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -277,7 +278,8 @@ class _Automaton:
         got = self._ac.find_matches_as_indexes(text[lo:hi] if lo or hi < len(text) else text, overlapping=True)
         if not got:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        arr = np.array(got, dtype=np.int64)
+        # (fromiter over the flattened tuples: about twice as fast as np.array on a list of tuples)
+        arr = np.fromiter(itertools.chain.from_iterable(got), dtype=np.int64, count=3 * len(got)).reshape(-1, 3)
         return arr[:, 2] + (lo - 1), self.ids[arr[:, 0]]
 
     def iter(self, text: str, lo: int, hi: int) -> list[tuple[int, int]]:

@@ -89,6 +89,21 @@ def _bucket(h: np.ndarray) -> np.ndarray:
     return h.astype(np.uint32)
 
 
+def _mixed_bucket(h: np.ndarray, salt: np.uint64) -> np.ndarray:
+    """``_bucket(_mix(h, salt))`` with fewer passes over ``h`` (a fresh array, overwritten): the last step of the
+    mix, ``h ^= h >> 32``, only matters for the low 18 bits, which are the low 32-bit half of ``h`` xor its high
+    half (read as two uint32 views, little- or big-endian alike)."""
+    with np.errstate(over="ignore"):
+        h ^= salt
+        h *= _MIX
+        h ^= h >> np.uint64(29)
+        h *= _MIX
+    halves = h.view(np.uint32).reshape(-1, 2)
+    out = halves[:, 0] ^ halves[:, 1]
+    out &= np.uint32(DIM - 1)
+    return out
+
+
 def _word_mask(cps: np.ndarray) -> np.ndarray:
     ascii_word = ((cps >= 48) & (cps <= 57)) | ((cps >= 97) & (cps <= 122)) | ((cps >= 65) & (cps <= 90))
     high = cps >= 0xC0
@@ -126,7 +141,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             m = n - k + 1  # the n-grams starting at 0 .. n-k: (pref[s + k] - pref[s]) * P**-s
             h = pref[k:] - pref[:m]
             h *= ipw[:m]
-            idx_parts.append(_bucket(_mix(h, np.uint64(k))))
+            idx_parts.append(_mixed_bucket(h, np.uint64(k)))
             pos_parts.append(positions[:m])
         # words: runs of word characters
         wm = _word_mask(cps32)
@@ -137,10 +152,10 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             wh = (pref[we] - pref[ws]) * ipw[ws]
             if len(ws) > 1:
                 bh = wh[:-1] * _P + wh[1:]
-            idx_parts.append(_bucket(_mix(wh, _SALT_WORD)))
+            idx_parts.append(_mixed_bucket(wh, _SALT_WORD))
             pos_parts.append(ws.astype(np.int32))
             if len(ws) > 1:
-                idx_parts.append(_bucket(_mix(bh, _SALT_BIGRAM)))
+                idx_parts.append(_mixed_bucket(bh, _SALT_BIGRAM))
                 pos_parts.append(ws[:-1].astype(np.int32))
     if not idx_parts:  # a text of one punctuation mark: no n-gram, no word
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int32)
