@@ -261,3 +261,18 @@ def test_escape_split_finds_what_the_lookahead_form_finds() -> None:
     texts += CORPUS.read_text(encoding="utf-8").splitlines()[::9]
     for t in texts:
         assert text._ESCAPE_SPLIT_RE.split(t) == ref.split(t), t
+
+
+def test_second_view_token_searches_answer_as_the_token_sets() -> None:
+    # a second view answers a few token questions by a search of its own instead of building its token sets:
+    # the same answers as the sets (whole tokens, token prefixes of 2-12 characters), in every script
+    rng = random.Random(1418)
+    alphabet = list("ab_1 .\n-é日ß") + ["ab", "ba", "a_b", "日本"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
+    for t in texts:
+        toks = set(engine._TOKEN_RE.findall(t))
+        prefixes = engine._Prefixes(toks)
+        for _ in range(6):
+            w = "".join(rng.choice("ab_1é日ß") for _ in range(rng.randint(1, 14)))
+            assert engine._has_token(t, w) is (w in toks), (t, w)
+            assert engine._has_token_prefix(t, w) is (w in prefixes), (t, w)

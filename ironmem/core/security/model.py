@@ -89,6 +89,21 @@ def _bucket(h: np.ndarray) -> np.ndarray:
     return h.astype(np.uint32)
 
 
+def _mixed_bucket(h: np.ndarray, salt: np.uint64) -> np.ndarray:
+    """``_bucket(_mix(h, salt))`` with fewer passes over ``h`` (a fresh array, overwritten): the last step of the
+    mix, ``h ^= h >> 32``, only matters for the low 18 bits, which are the low 32-bit half of ``h`` xor its high
+    half (read as two uint32 views, little- or big-endian alike)."""
+    with np.errstate(over="ignore"):
+        h ^= salt
+        h *= _MIX
+        h ^= h >> np.uint64(29)
+        h *= _MIX
+    halves = h.view(np.uint32).reshape(-1, 2)
+    out = halves[:, 0] ^ halves[:, 1]
+    out &= np.uint32(DIM - 1)
+    return out
+
+
 def _word_mask(cps: np.ndarray) -> np.ndarray:
     ascii_word = ((cps >= 48) & (cps <= 57)) | ((cps >= 97) & (cps <= 122)) | ((cps >= 65) & (cps <= 90))
     high = cps >= 0xC0
@@ -126,7 +141,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             m = n - k + 1  # the n-grams starting at 0 .. n-k: (pref[s + k] - pref[s]) * P**-s
             h = pref[k:] - pref[:m]
             h *= ipw[:m]
-            idx_parts.append(_bucket(_mix(h, np.uint64(k))))
+            idx_parts.append(_mixed_bucket(h, np.uint64(k)))
             pos_parts.append(positions[:m])
         # words: runs of word characters
         wm = _word_mask(cps32)
@@ -137,10 +152,10 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
             wh = (pref[we] - pref[ws]) * ipw[ws]
             if len(ws) > 1:
                 bh = wh[:-1] * _P + wh[1:]
-            idx_parts.append(_bucket(_mix(wh, _SALT_WORD)))
+            idx_parts.append(_mixed_bucket(wh, _SALT_WORD))
             pos_parts.append(ws.astype(np.int32))
             if len(ws) > 1:
-                idx_parts.append(_bucket(_mix(bh, _SALT_BIGRAM)))
+                idx_parts.append(_mixed_bucket(bh, _SALT_BIGRAM))
                 pos_parts.append(ws[:-1].astype(np.int32))
     if not idx_parts:  # a text of one punctuation mark: no n-gram, no word
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int32)
@@ -172,21 +187,38 @@ def _window_features(
     """(window id, bucket) pairs, unique per window, sorted: one sort over the whole text (of 32-bit keys
     ``window << 18 | bucket`` when they fit, as they do for any text up to ``MAX_SCAN_CHARS``). Windows of
     ``window`` characters start every ``stride`` (default: ``STRIDE``, or ``window`` past ``LONG_TEXT``)."""
+    uniq = _window_keys(text, window, stride)
+    shift = uniq.dtype.type(18)
+    return (uniq >> shift).astype(np.int64), (uniq & uniq.dtype.type(DIM - 1)).astype(np.int64)
+
+
+def _window_keys(text: str, window: int, stride: int | None) -> np.ndarray:
+    """The sorted unique keys ``window << 18 | bucket`` of :func:`_window_features` (uint32 when they fit, else
+    int64). A feature's key in the window(s) before its last one is its own key minus ``back << 18`` (the bucket
+    bits are untouched): one key array is built, the others are masked copies of it."""
     idx, pos = _ngram_hashes(text)
     if stride is None:
         stride = STRIDE if len(text) <= LONG_TEXT else window
     w_last = pos // stride  # the last window that starts at or before pos
     n_win = int(w_last.max()) + 1 if w_last.size else 1
     kt: Any = np.uint32 if n_win <= 1 << (32 - 18) else np.int64
-    shift = kt(18)
-    keys = [(w_last.astype(kt) << shift) | idx.astype(kt)]
+    key = w_last.astype(kt)
+    key <<= kt(18)
+    key |= idx
+    keys = [key]
     if stride < window:  # overlapping windows: a feature also belongs to the previous window(s)
+        offset: np.ndarray | None = None  # where a feature starts in its last window
         for back in range(1, (window + stride - 1) // stride):
-            w = w_last - back
-            ok = (w >= 0) & (pos < w * stride + window)
-            keys.append((w[ok].astype(kt) << shift) | idx[ok].astype(kt))
-    uniq = _sorted_unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
-    return (uniq >> shift).astype(np.int64), (uniq & kt(DIM - 1)).astype(np.int64)
+            # window w_last - back exists and still holds pos (pos < (w_last - back) * stride + window)
+            ok = w_last >= back
+            if window - back * stride < stride:  # (else every offset, below stride, passes)
+                if offset is None:
+                    offset = pos - w_last * stride
+                ok &= offset < window - back * stride
+            k = key[ok]
+            k -= kt(back << 18)
+            keys.append(k)
+    return _sorted_unique(np.concatenate(keys) if len(keys) > 1 else key)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -240,10 +272,16 @@ class LinearModel:
         return self._window_probs(prepared, width, width // 2)
 
     def _window_probs(self, text: str, width: int, stride: int | None) -> np.ndarray:
-        win, idx = _window_features(text, width, stride)
+        # the keys of _window_features split without widening them first (bincount reads the float32 weights as
+        # float64 and adds them in the keys' order, as it did from a float64 copy: the same sums)
+        uniq = _window_keys(text, width, stride)
+        kt = uniq.dtype.type
+        win = uniq >> kt(18)
+        idx = uniq & kt(DIM - 1)
         n_win = int(win[-1]) + 1
-        sums = np.bincount(win, weights=self.weights[idx].astype(np.float64), minlength=n_win)
-        counts = np.bincount(win, minlength=n_win)
+        sums = np.bincount(win, weights=self.weights[idx], minlength=n_win)
+        # the keys are sorted by window: a window's count is the length of its run
+        counts = np.diff(np.searchsorted(win, np.arange(n_win + 1, dtype=win.dtype)))
         z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
         return np.asarray(1.0 / (1.0 + np.exp(-z)))
 

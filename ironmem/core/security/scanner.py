@@ -92,7 +92,9 @@ def _is_mention(view: str, span: tuple[int, int]) -> bool:
 #: length alone are chance. Write-time scanning (memory entries of at most a few thousand characters) is unchanged.
 RECALL_REACH = 400
 RECALL_WINDOW = 1000
-_WS_RUN_RE = re.compile(r"\s{2,}|^\s")
+# (runs of 2+ whitespace characters, or one at the very start: ``\s{2,}|^\s`` written to begin with ``\s``, so
+# the regex engine skips to the next whitespace character instead of trying both branches everywhere)
+_WS_RUN_RE = re.compile(r"\s(?:\s+|(?<=\A\s))")
 
 
 def _agreeing_locally(signals: list[Finding]) -> set[Finding]:
