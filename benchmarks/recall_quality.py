@@ -39,6 +39,7 @@ import json
 import logging
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -95,10 +96,11 @@ class CachedEmbedder:
         self.embed_seconds = 0.0  # CPU time spent embedding (not reading the cache)
         self.embedded = 0
         self.disk: Any = None
+        self.lock = threading.Lock()
         if cache:
             import sqlite3
 
-            self.disk = sqlite3.connect(cache)
+            self.disk = sqlite3.connect(cache, check_same_thread=False)  # hybrid homes embed in their worker
             self.disk.execute("CREATE TABLE IF NOT EXISTS e (k TEXT PRIMARY KEY, v BLOB)")
         self.set_noise(noise)
 
@@ -127,6 +129,10 @@ class CachedEmbedder:
         self.model_id = f"{self.base_id}+noise{noise}" if noise else self.base_id
 
     def __call__(self, texts: list[str]) -> list[Any]:
+        with self.lock:
+            return self._call(texts)
+
+    def _call(self, texts: list[str]) -> list[Any]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.clean]
         if missing and self.disk is not None:
             self._from_disk(missing)
