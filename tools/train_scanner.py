@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ironmem.core.security.model import DIM, WINDOW, featurize_windows, model_from_arrays, prepare
+from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare
 from ironmem.core.security.normalize import normalize
 from ironmem.core.security.scanner import rule_signals
 
@@ -43,7 +43,6 @@ C = 4.0
 STRUCTURAL = {"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"}
 FP_TARGET = 0.01  # whole-scanner false positives on the inner held-out sources
 GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
-MIL_ROUNDS = 2  # re-selections of each attack row's best window (see fit_mil)
 
 
 def source_of(row: dict[str, Any]) -> str:
@@ -58,12 +57,8 @@ def load_corpus(path: Path = CORPUS) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-Feats = list[list[np.ndarray]]  # per row: the features of each window the model scores (one for a short row)
-
-
-def features(rows: list[dict[str, Any]]) -> Feats:
-    """Per row, the bucket indices of each of its windows, exactly the windows ``LinearModel.score`` scores."""
-    return [featurize_windows(prepare(normalize(r["text"]).skel)) for r in rows]
+def features(rows: list[dict[str, Any]]) -> list[np.ndarray]:
+    return [featurize(prepare(normalize(r["text"]).skel)) for r in rows]
 
 
 def signals(rows: list[dict[str, Any]]) -> np.ndarray:
@@ -116,38 +111,6 @@ def _prob(w: np.ndarray, b: float, f: np.ndarray) -> float:
     return float(1.0 / (1.0 + np.exp(-z)))
 
 
-def row_score(w: np.ndarray, b: float, windows: list[np.ndarray]) -> float:
-    """A row's score as the runtime computes it: the best of its windows."""
-    return max(_prob(w, b, f) for f in windows)
-
-
-def fit_mil(feats: Feats, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Fit on windows, multiple-instance style: every window of a benign row is a benign example; an attack
-    row is ONE example, its best-scoring window (an attack row longer than a window is a bag: the payload is
-    in some window, the others may hold only the benign carrier document it was hidden in, and the runtime
-    blocks on the best window anyway). Start from every window labelled with its row's label, then
-    ``MIL_ROUNDS`` times pick each attack row's best window under the current fit and refit."""
-    inst: list[np.ndarray] = []
-    lab: list[int] = []
-    for ws, yy in zip(feats, y):
-        inst += ws
-        lab += [int(yy)] * len(ws)
-    w, b = fit(inst, np.array(lab, dtype=np.int8))
-    if all(len(ws) == 1 for ws, yy in zip(feats, y) if yy):
-        return w, b
-    for _ in range(MIL_ROUNDS):
-        inst, lab = [], []
-        for ws, yy in zip(feats, y):
-            if yy:
-                inst.append(max(ws, key=lambda f: _prob(w, b, f)))
-                lab.append(1)
-            else:
-                inst += ws
-                lab += [0] * len(ws)
-        w, b = fit(inst, np.array(lab, dtype=np.int8))
-    return w, b
-
-
 def trainable(rows: list[dict[str, Any]]) -> list[int]:
     return [i for i, r in enumerate(rows) if not (r["label"] == "attack" and r["category"] in STRUCTURAL)]
 
@@ -179,22 +142,22 @@ def choose_thresholds(
 
 
 def _fit_cached(
-    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: Feats, y: np.ndarray
+    fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None, ids: list[str], feats: list[np.ndarray], y: np.ndarray
 ) -> tuple[np.ndarray, float]:
-    """:func:`fit_mil`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
+    """:func:`fit`, memoized on the ids of the rows it is fitted on (the fit is deterministic, so a cached
     fit is the same fit). The leave-one-source-out evaluation fits "every source but A and B" both in A's
     and in B's outer fold; the cache halves its work without changing a number."""
     if fits is None:
-        return fit_mil(feats, y)
+        return fit(feats, y)
     key = tuple(ids)
     if key not in fits:
-        fits[key] = fit_mil(feats, y)
+        fits[key] = fit(feats, y)
     return fits[key]
 
 
 def train(
     rows: list[dict[str, Any]],
-    feats: Feats,
+    feats: list[np.ndarray],
     sig: np.ndarray | None = None,
     fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
 ) -> tuple[np.ndarray, float, dict[str, Any]]:
@@ -214,10 +177,10 @@ def train(
             continue
         w, b = _fit_cached(fits, [rows[idx[k]]["id"] for k in tr], [feats[idx[k]] for k in tr], y[tr])
         for k in te:
-            oof[k] = row_score(w, b, feats[idx[k]])
+            oof[k] = _prob(w, b, feats[idx[k]])
             scored[k] = True
     thr, sup = choose_thresholds(oof[scored], y[scored], sig[idx][scored])
-    w, b = fit_mil([feats[i] for i in idx], y)
+    w, b = fit([feats[i] for i in idx], y)
     meta = {
         "threshold": thr,
         "support_threshold": sup,
@@ -226,8 +189,6 @@ def train(
         "seed": SEED,
         "C": C,
         "rows": len(idx),
-        "window": WINDOW,
-        "mil_rounds": MIL_ROUNDS,
         "dim": DIM,
         "sources": sorted(set(groups)),
         "trained_on": "tests/data/security/corpus.jsonl",
@@ -237,7 +198,7 @@ def train(
 
 def build_model(
     rows: list[dict[str, Any]],
-    feats: Feats | None = None,
+    feats: list[np.ndarray] | None = None,
     sig: np.ndarray | None = None,
     fits: dict[tuple[str, ...], tuple[np.ndarray, float]] | None = None,
 ):

@@ -158,7 +158,7 @@ def featurize_windows(text: str) -> list[np.ndarray]:
     ``LONG_TEXT`` characters use non-overlapping windows), for long texts."""
     if len(text) <= WINDOW:
         return [featurize(text)]
-    win_ids, idx = _window_features(text, WINDOW)
+    win_ids, idx = _window_features(text)
     bounds = np.searchsorted(win_ids, np.arange(int(win_ids[-1]) + 2))
     return [idx[bounds[w] : bounds[w + 1]] for w in range(len(bounds) - 1)]
 
