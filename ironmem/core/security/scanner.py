@@ -57,7 +57,7 @@ def _leet_hints(skel: str) -> int:
 # A known attack phrase inside a note ABOUT attacks ("injections tell the model to ignore previous
 # instructions") is a mention, not a use: the rule's finding becomes a weak signal there.
 _META_RE = re.compile(
-    r"(?:injection|jailbreak|attack|attacker|payload|malicious|exfiltration|adversar|red team|red-team|phishing|example of|"
+    r"(?:injection|jailbreak|attack|attacker|payload|malicious|adversar|red team|red-team|phishing|example of|"
     r"such as|e\.g\.|for instance|phrases like|strings like|patterns like|the classic|known as|"
     r"(?:tells?|asks?|tricks?|makes?|told|asked|tricked|try to get|tries to get) (?:the |an? )?(?:model|llm|ai|agent|assistant)s? (?:to|into)|"
     r"prompt-injection|we scan|detects?|detection|(?:we|to|and|which|that) block|blocks (?:it|them|these|those|such)|blocked|"
@@ -67,9 +67,6 @@ _META_RE = re.compile(
 _MENTION_CATS = {
     "instruction_override", "role_hijack", "prompt_extraction", "concealment", "secret_harvesting", "authority_claim"
 }
-#: Rules of other categories whose match can be a mention too: a beacon described in words or with literal data
-#: (a note about markdown-image exfiltration shows one); a beacon with a template placeholder never is.
-_MENTION_RULES = {"exfil.beacon-described"}
 _QUOTES = "\"'“”‘’`«»「」『』"
 _TERMS = ".!?\n。！？"
 
@@ -185,7 +182,7 @@ def _content(
     mentions: set[str] = set()
     for m in matches:
         f = Finding(m.rule.category, m.rule.id, m.span, m.excerpt)
-        mention = (m.rule.category in _MENTION_CATS or m.rule.id in _MENTION_RULES) and _is_mention(view, m.span)
+        mention = m.rule.category in _MENTION_CATS and _is_mention(view, m.span)
         if m.rule.weight >= 2 and not mention:
             strong.append(f)
         else:
