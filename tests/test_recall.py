@@ -245,6 +245,28 @@ def test_recall_stays_inside_the_token_budget(tmp_path: Path) -> None:
         assert used <= RecallBudget(3).tokens
 
 
+def test_long_turns_are_clipped_so_the_budget_holds_its_number_of_items(tmp_path: Path) -> None:
+    # Every match is far longer than an item's share: each is clipped to its share, so a budget of 5 items holds
+    # 5, within the token budget (before, the first items took up to twice their share and a fifth found no room).
+    with MemoryManager(home=tmp_path, recall_budget=5) as manager:
+        past = manager.start_session("past")
+        for i in range(8):
+            past.sync_turn(f"heron note {i}: " + "the heron waited by the reeds for a fish " * 60, "ok")
+        recall = manager.start_session("now").prefetch("heron")
+        assert len(recall.items) == 5
+        assert sum(estimate_tokens(item.rendered) for item in recall.items) <= RecallBudget(5).tokens
+        # the same in a script of several bytes a character (the estimate counts UTF-8 bytes)
+        for i in range(8):
+            past.sync_turn(f"garza nota {i}: " + "la garza esperó junto a los juncos 鷺は葦のそばで魚を待った " * 40, "sí")
+        recall = manager.start_session("es").prefetch("garza")
+        assert len(recall.items) == 5
+        assert sum(estimate_tokens(item.rendered) for item in recall.items) <= RecallBudget(5).tokens
+        # a short item is not clipped
+        past.sync_turn("heron eggs hatch in May", "ok")
+        recall = manager.start_session("later").prefetch("heron eggs")
+        assert recall.items[0].text == "User: heron eggs hatch in May\nAssistant: ok"
+
+
 def test_budget_zero_recalls_no_past_turns(tmp_path: Path) -> None:
     with MemoryManager(home=tmp_path, recall_budget=0) as manager:
         manager.start_session("a").sync_turn("otters hold hands", "cute")

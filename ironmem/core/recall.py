@@ -54,7 +54,8 @@ class RecallBudget:
     """
 
     items: int = RECALL_TURNS
-    #: Tokens each item may use on average (an item alone is clipped to about this much, or 2x when space is left).
+    #: Tokens each item may use on average (an item is clipped to about this much, or up to 2x when that leaves each
+    #: slot still open its share).
     ITEM_TOKENS: ClassVar[int] = 120
     #: An item is not squeezed into less than this many tokens (a shorter candidate is tried instead).
     MIN_ITEM_TOKENS: ClassVar[int] = 24
@@ -163,6 +164,21 @@ def as_items(result: Any) -> list[str]:
 def clip(text: str, limit: int = RECALL_ITEM_CHARS) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clip_bytes(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, "…" included, never inside a character: the measure
+    :func:`estimate_tokens` counts, so a clipped item fits its token allowance in any script.
+
+    Example:
+        >>> clip_bytes("déjà vu", 6)
+        'dé…'
+    """
+    text = text.strip()
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[: max(0, limit - 3)].decode("utf-8", "ignore") + "…"
 
 
 # --------------------------------------------------------------------------------------------------

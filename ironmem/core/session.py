@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .provider import ToolSchema
-from .recall import Recall, RecallBudget, RecallItem, as_items, clip, estimate_tokens
+from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
 from .security import redact_secrets, scan
 from .snapshot import Snapshot
 from .text import well_formed
@@ -109,11 +109,15 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
         seen.add(key)
         if _dropped_by_scan(item, dropped):
             continue
-        # One item may use up to twice its share, but never more than what is left.
-        allowance = min(tokens_left, 2 * RecallBudget.ITEM_TOKENS)
+        # One item may use up to twice its share, but never the share of a slot still open: the budget's
+        # number of items is what the caller asked for, so long items are clipped rather than crowd out the rest.
+        allowance = min(2 * RecallBudget.ITEM_TOKENS,
+                        max(RecallBudget.ITEM_TOKENS, tokens_left - (slots - 1) * RecallBudget.ITEM_TOKENS))
+        allowance = min(allowance, tokens_left)
         cost = estimate_tokens(item.rendered)
-        if cost > allowance:
-            item = RecallItem(item.source, clip(item.text, max(1, allowance * 4 - 16)), date=item.date)
+        if cost > allowance:  # cut to the allowance in UTF-8 bytes (what estimate_tokens counts), date included
+            prefix = len(item.rendered.encode("utf-8")) - len(item.text.encode("utf-8"))
+            item = RecallItem(item.source, clip_bytes(item.text, max(4, 4 * allowance - prefix)), date=item.date)
             cost = estimate_tokens(item.rendered)
         kept.append(item)
         tokens_left -= cost
