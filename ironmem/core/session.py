@@ -111,9 +111,8 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
             continue
         # One item may use up to twice its share, but never the share of a slot still open: the budget's
         # number of items is what the caller asked for, so long items are clipped rather than crowd out the rest.
-        allowance = min(2 * RecallBudget.ITEM_TOKENS,
-                        max(RecallBudget.ITEM_TOKENS, tokens_left - (slots - 1) * RecallBudget.ITEM_TOKENS))
-        allowance = min(allowance, tokens_left)
+        share = RecallBudget.ITEM_TOKENS
+        allowance = min(tokens_left, 2 * share, max(share, tokens_left - (slots - 1) * share))
         cost = estimate_tokens(item.rendered)
         if cost > allowance:  # cut to the allowance in UTF-8 bytes (what estimate_tokens counts), date included
             prefix = len(item.rendered.encode("utf-8")) - len(item.text.encode("utf-8"))

@@ -146,9 +146,10 @@ def hidden_findings(text: str, *, allow_lone_break: bool = False) -> tuple[list[
         ):
             continue  # Hangul fillers inside a jamo sequence
         bad_invisible.append(i)
-    if len(bad_invisible) == 1 and allow_lone_break and text[bad_invisible[0]] in _LONE_BREAKS:
+    if allow_lone_break and len(bad_invisible) == 1:
         i = bad_invisible[0]
-        if not (0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()):
+        inside_word = 0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        if text[i] in _LONE_BREAKS and not inside_word:
             bad_invisible.clear()
     if bad_invisible:
         i = bad_invisible[0]
