@@ -136,7 +136,11 @@ def grouped(rows: list[dict[str, Any]], verdicts: list[bool], key) -> dict[str, 
     return {k: rates([rows[i] for i in ix], [verdicts[i] for i in ix]) for k, ix in sorted(groups.items())}
 
 
-def loso(rows: list[dict[str, Any]], context: str = "write") -> tuple[list[bool], dict[str, Any]]:
+def loso(
+    rows: list[dict[str, Any]], context: str = "write", why: dict[int, str] | None = None
+) -> tuple[list[bool], dict[str, Any]]:
+    """Held-out verdicts per row and each fold's thresholds; ``why``, when given, receives for every row the held-out
+    scan got wrong what decided it (its findings, or the fold model's score when nothing fired)."""
     feats = features(rows)
     sig = signals(rows)
     verdicts: list[bool] = [False] * len(rows)
@@ -147,7 +151,10 @@ def loso(rows: list[dict[str, Any]], context: str = "write") -> tuple[list[bool]
         model = build_model([rows[i] for i in train_ix], [feats[i] for i in train_ix], sig[train_ix], fits)
         for i, r in enumerate(rows):
             if source_of(r) == src:
-                verdicts[i] = scan_with_model(r["text"], context, model).blocked  # type: ignore[arg-type]
+                result = scan_with_model(r["text"], context, model)  # type: ignore[arg-type]
+                verdicts[i] = result.blocked
+                if why is not None and result.blocked != (r["label"] == "attack"):
+                    why[i] = "; ".join(f"{f.rule} {f.excerpt[:40]!r}" for f in result.findings[:4]) or "no finding"
         folds[src] = {k: model.meta[k] for k in ("threshold", "support_threshold", "recall_threshold")}
     return verdicts, folds
 
@@ -205,7 +212,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = load_corpus(CORPUS)
     t0 = time.time()
-    verdicts, folds = loso(rows)
+    why: dict[int, str] = {}
+    verdicts, folds = loso(rows, why=why)
     conv = [r for r in rows if r["category"] == "conversation"]
     conv_fold_fp = rates(conv, [v for r, v in zip(rows, verdicts) if r["category"] == "conversation"])
     recall_conv = [scan(r["text"], context="recall").blocked for r in conv]
@@ -276,9 +284,10 @@ def main() -> None:
     print("\ntargets:", "MET" if not fails else "MISSED " + ", ".join(fails))
     if args.misses:
         # dev rows only: held-out rows are never read row by row (tests/data/security/README.md)
-        for r, v in zip(rows, verdicts):
+        for i, (r, v) in enumerate(zip(rows, verdicts)):
             if r["split"] == "dev" and (r["label"] == "attack") != v:
                 print(f"{'MISS' if v is False else 'FP  '} {source_of(r):24} {r['category']:20} {r['text'][:140]!r}")
+                print(f"     {why.get(i, '')}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     if args.write_report:

@@ -49,10 +49,9 @@ def test_report_is_current(report: dict) -> None:
     )
 
 
-# Floors: the committed leave-one-source-out figures (2026-12-01, 8 sources after agent-injection-bench and
-# jailbreak-corpus-mini-py joined: detection 89.2%, false positives 1.25%, every category >= 73.8%, every
-# language >= 81.8%; on the 6 earlier sources 90.2% / 1.26%). A change that lowers them fails here.
-FLOOR = {"detection": 0.89, "false_positive": 0.0125, "category": 0.73, "language": 0.80}
+# Floors: the committed leave-one-source-out figures (2026-12-02, 8 sources: detection 92.0%, false positives
+# 0.78% (5 of 640), every category >= 83.7%, every language >= 86.4%). A change that lowers them fails here.
+FLOOR = {"detection": 0.92, "false_positive": 0.0079, "category": 0.83, "language": 0.86}
 
 
 def test_loso_does_not_regress(report: dict) -> None:
@@ -66,12 +65,9 @@ def test_loso_does_not_regress(report: dict) -> None:
     assert all(d >= FLOOR["language"] for d in langs.values()), langs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #14 targets not met yet (LOSO 89.2% / 1.25% FP over 8 sources; instruction_override 73.8% "
-    "below 80%); strict: this turns into a failure to remove the mark once they are met",
-)
 def test_issue_targets(report: dict) -> None:
+    """Issue 14's targets, on the committed leave-one-source-out report: >= 90% detection at <= 1% false positives,
+    every category >= 80%, every language >= 75%."""
     lo = report["loso"]["all"]
     assert lo["detection"] >= security_eval.TARGETS["detection"], lo
     assert lo["false_positive"] <= security_eval.TARGETS["false_positive"], lo
@@ -114,3 +110,20 @@ def test_thresholds_are_chosen_on_the_whole_scanner_within_the_budget() -> None:
     t2, st2 = choose_thresholds(scores, y, sig, fp_target=0.01)
     blocked2 = sig[:, 0] | (sig[:, 1] & (scores >= st2)) | (scores >= t2)
     assert blocked2[y == 0].mean() == 3 / 200 and t2 == st2 == 0.99
+
+
+def test_the_model_confirms_a_weak_rule_only_when_it_leans_to_attack() -> None:
+    """A support threshold below SUPPORT_MIN (0.5) is never chosen, even where the inner held-out sources would pay
+    for it: those sources hold few benign rows with a weak signal, and a model that finds a text more likely benign
+    than not confirmed security notes and runbooks on the held-out sources that have them."""
+    import numpy as np
+    from train_scanner import SUPPORT_MIN, choose_thresholds
+
+    y = np.array([0] * 500 + [1] * 500, dtype=np.int8)
+    scores = np.concatenate([np.full(500, 0.2), np.full(500, 0.35)])  # the model leans "benign" on every row
+    sig = np.zeros((1000, 2), dtype=bool)
+    sig[500:, 1] = True  # every attack carries a weak signal, no benign row does
+    t, st = choose_thresholds(scores, y, sig, fp_target=0.01)
+    assert SUPPORT_MIN == 0.5 and st >= SUPPORT_MIN
+    blocked = (scores >= t) | (sig[:, 1] & (scores >= st))
+    assert not blocked.any()  # 0.35 supports nothing, though a threshold of 0.35 would have cost no false positive

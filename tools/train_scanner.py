@@ -13,7 +13,8 @@ in the leave-one-source-out evaluation never on the source being scored):
 * the pair (``threshold``: the model blocks on its own; ``support_threshold``: a weak rule plus the model
   blocks) is the one with the highest detection of the WHOLE scanner (detectors, rules and model, combined the
   way ``scan`` combines them; see ``scanner.rule_signals``) on the inner held-out sources, among the pairs whose
-  false-positive rate there is at most ``FP_TARGET`` (the issue's 1%); ties go to the stricter pair.
+  false-positive rate there is at most ``FP_TARGET`` (the issue's 1%) and whose support threshold is at least
+  ``SUPPORT_MIN`` (the model confirms a weak rule only when it leans to "attack"); ties go to the stricter pair.
 * ``recall_threshold``: recall time (ordinary conversation), stricter of ``threshold`` and 0.9.
 """
 
@@ -43,6 +44,9 @@ C = 4.0
 STRUCTURAL = {"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"}
 FP_TARGET = 0.01  # whole-scanner false positives on the inner held-out sources
 GRID = np.round(np.arange(0.30, 0.991, 0.01), 2)  # candidate thresholds
+# The model confirms a weak rule only when it leans to "attack" (the class-balanced fit puts the boundary at 0.5): a
+# support threshold below it would let a model that finds the text more likely benign than not confirm a phrase.
+SUPPORT_MIN = 0.5
 
 
 def source_of(row: dict[str, Any]) -> str:
@@ -121,14 +125,14 @@ def choose_thresholds(
     """(threshold, support_threshold): best whole-scanner detection at <= ``fp_target`` false positives.
 
     ``scores`` are out-of-fold model scores, ``sig`` the rows' rule signals (see :func:`signals`). A row is
-    blocked when the rules block it, or it has a weak signal and its score reaches the support threshold, or
-    its score reaches the threshold. Ties go to the higher (stricter) thresholds.
+    blocked when the rules block it, or it has a weak signal and its score reaches the support threshold (at
+    least ``SUPPORT_MIN``), or its score reaches the threshold. Ties go to the higher (stricter) thresholds.
     """
     ben, att = y == 0, y == 1
     best: tuple[float, float, float] | None = None  # (detection, threshold, support)
     for t in GRID[::-1]:
         alone = scores >= t
-        for st in GRID[GRID <= t][::-1]:
+        for st in GRID[(GRID <= t) & (GRID >= SUPPORT_MIN)][::-1]:
             blocked = sig[:, 0] | (sig[:, 1] & (scores >= st)) | alone
             fp = blocked[ben].mean() if ben.any() else 0.0
             if fp > fp_target:

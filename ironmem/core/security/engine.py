@@ -61,6 +61,7 @@ class Rule:
     languages: tuple[str, ...]
     weight: int
     contexts: tuple[str, ...]
+    model_support: bool  # a weight-1 signal the learned model's score may confirm (False: only a second rule)
     patterns: tuple[Any, ...]  # compiled regexes and concept sequences
     requires: tuple[str, ...]  # literal anchors of the regex patterns
     positive: tuple[str, ...]
@@ -114,11 +115,19 @@ _SEQ_RE = re.compile(r"^(?:\{[a-z_][a-z_0-9]*\})+$")
 
 
 def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
-    lexicon: dict[str, dict[str, list[str]]] = data.get("lexicon") or {}
+    lexicon: dict[str, dict[str, Any]] = data.get("lexicon") or {}
     concepts: dict[str, tuple[_Phrase, ...]] = {}
+    vetoes: dict[str, re.Pattern[str]] = {}
     for name, by_lang in lexicon.items():
+        by_lang = dict(by_lang or {})
+        veto = by_lang.pop("unless_followed_by", None)
+        if veto is not None:
+            try:
+                vetoes[name] = re.compile(str(veto))
+            except re.error as exc:
+                raise RulesError(f"concept {name!r}: unless_followed_by does not compile: {exc}") from exc
         phrases: set[str] = set()
-        for lang_phrases in (by_lang or {}).values():
+        for lang_phrases in by_lang.values():
             # phrases are read through the same normalization as the text (casefold, look-alike skeleton)
             phrases.update(_norm_phrase(str(p)) for p in lang_phrases if str(p).strip("* "))
         if not phrases:
@@ -175,6 +184,7 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
                 languages=tuple(raw.get("languages") or ("en",)),
                 weight=int(raw.get("weight", 2)),
                 contexts=tuple(raw.get("contexts") or ("write", "recall")),
+                model_support=bool(raw.get("model_support", True)),
                 patterns=tuple(compiled),
                 requires=tuple(str(r).casefold() for r in raw.get("requires") or ()),
                 positive=tuple(ex.get("positive") or ()),
@@ -183,6 +193,8 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
         )
     _CONCEPTS.clear()
     _CONCEPTS.update(concepts)
+    _CONCEPT_VETO.clear()
+    _CONCEPT_VETO.update(vetoes)
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
     _PREFILTERS.clear()
@@ -514,6 +526,10 @@ def _prefilter(rx: re.Pattern[str]) -> _Prefilter | None:
 
 
 _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
+# concept -> what may not follow an occurrence (``unless_followed_by`` in the lexicon: ``http://localhost`` is no
+# outside address); read from the occurrence's end, at most _VETO_REACH characters (within _SEQ_REACH)
+_CONCEPT_VETO: dict[str, re.Pattern[str]] = {}
+_VETO_REACH = 40
 _AUTOMATON: list[_Automaton | None] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
@@ -692,6 +708,7 @@ class _Text:
                 lit for lit in by_lit if lit in found
             ]
             phrases = [ph for lit in lits for ph in by_lit[lit]]
+        veto = _CONCEPT_VETO.get(name)
         for ph in phrases:
             for i in self.literal(ph.literal):
                 if ph.left and i > 0 and (t[i - 1].isalnum() or t[i - 1] == "_"):
@@ -701,6 +718,8 @@ class _Text:
                     while e < n and (t[e].isalnum()) and e - i < 40:
                         e += 1
                 elif ph.right and e < n and (t[e].isalnum() or t[e] == "_"):
+                    continue
+                if veto is not None and veto.match(t[e : e + _VETO_REACH]):
                     continue
                 spans.append((i, e))
         spans.sort()

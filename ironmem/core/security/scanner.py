@@ -61,7 +61,7 @@ _META_RE = re.compile(
     r"such as|e\.g\.|for instance|phrases like|strings like|patterns like|the classic|known as|"
     r"(?:tells?|asks?|tricks?|makes?|told|asked|tricked|try to get|tries to get) (?:the |an? )?(?:model|llm|ai|agent|assistant)s? (?:to|into)|"
     r"prompt-injection|we scan|detects?|detection|(?:we|to|and|which|that) block|blocks (?:it|them|these|those|such)|blocked|"
-    r"flag(?:s|ged)?|scanner|filter(?:s|ed)? out|"
+    r"flag(?:s|ged)?|scanner|filter(?:s|ed)? out|(?:can|could|may|might) be (?:abused|misused|exploited)|"
     r"注入|攻击|越狱|インジェクション|攻撃|인젝션|공격|inyecci|angriff|injektion|атак|инъекц|saldır|هجوم|حقن)"
 )
 _MENTION_CATS = {
@@ -79,7 +79,9 @@ def _is_mention(view: str, span: tuple[int, int]) -> bool:
     hi = min(len(view), e + 80)
     ends = [i for i in (view.find(t, e, hi) for t in _TERMS) if i >= 0]
     after = view[e : min(ends) if ends else hi]
-    if _META_RE.search(before) or _META_RE.search(after[:60]):
+    # the sentence around the match, and the words inside it (a gap between the rule's phrases holds them too:
+    # "AGENTS.md can be abused for persistence; review changes")
+    if _META_RE.search(before) or _META_RE.search(after[:60]) or _META_RE.search(view, s, e):
         return True
     # quoted: an opening quote shortly before and a closing one shortly after
     return any(q in before[-12:] for q in _QUOTES) and any(q in after[:12] for q in _QUOTES)
@@ -182,9 +184,12 @@ def _content(
     strong: list[Finding] = []
     weak: list[Finding] = []
     mentions: set[str] = set()
+    rule_only: set[str] = set()  # weak signals that only a second rule confirms (``model_support: false``)
     for m in matches:
         f = Finding(m.rule.category, m.rule.id, m.span, m.excerpt)
-        mention = m.rule.category in _MENTION_CATS and _is_mention(view, m.span)
+        if not m.rule.model_support:
+            rule_only.add(m.rule.id)
+        mention = (m.rule.category in _MENTION_CATS or m.rule.weight < 2) and _is_mention(view, m.span)
         if m.rule.weight >= 2 and not mention:
             strong.append(f)
         else:
@@ -206,9 +211,12 @@ def _content(
     if local:
         agreeing = _agreeing_locally(signals)
         blocking += [f for f in signals if f in agreeing]
-        if not blocking:  # the model is read only when the verdict depends on it
-            blocking += [f for f in signals if local_scores().support(*f.span) >= support]
-    elif signals and (len({g.rule for g in signals}) >= 2 or score() >= support):
+        supportable = [f for f in signals if f.rule not in rule_only]
+        if not blocking and supportable:  # the model is read only when the verdict depends on it
+            blocking += [f for f in supportable if local_scores().support(*f.span) >= support]
+    elif signals and (
+        len({g.rule for g in signals}) >= 2 or (any(g.rule not in rule_only for g in signals) and score() >= support)
+    ):
         blocking += signals
     if not blocking:
         alone_score = local_scores().best() if local else score()
