@@ -417,20 +417,17 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
     from ironmem.core.recall import clip
-    from ironmem.core.session import (  # the scan prefetch applies (recall mode if any)
-        _content,
-        _scan_recalled,
-    )
+    from ironmem.core.session import _recall_verdict  # the scan prefetch applies
 
     blocked_turns = []
     blocked_as_recalled = []  # as prefetch scans a past turn: clipped to RECALL_ITEM_CHARS first
     for conv in data:
         for t in conv.turns:
-            verdict = _scan_recalled(_content(RecallItem("history", t.text)))
+            verdict = _recall_verdict(RecallItem("history", t.text))
             if verdict.blocked:
                 blocked_turns.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                       "reason": verdict.reason})
-            verdict = _scan_recalled(_content(RecallItem("history", clip(t.text))))
+            verdict = _recall_verdict(RecallItem("history", clip(t.text)))
             if verdict.blocked:
                 blocked_as_recalled.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                             "reason": verdict.reason})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
-from .security import redact_secrets, scan
+from .security import ScanResult, redact_secrets, scan
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -33,6 +33,11 @@ MAX_MEMORY_FAILURES_PER_TURN = 3
 #: scanner's recall-time mode (recalled past turns are ordinary conversation, where a false positive silently
 #: drops a memory).
 _scan_recalled = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall"))
+#: A past turn is scanned whole without the model's power to block on its own (rules, hidden text, a weak signal
+#: the model confirms, two weak signals that agree across the user's words and the reply), and the user's words
+#: again with it: the model learned jailbreak prompts, which people type; on a past assistant reply it judges
+#: style ("As an AI language model, I ..." scored 0.90-0.94 on real chat replies and dropped them), not intent.
+_scan_turn = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall", model_alone=False))
 
 
 def json_error(message: str, **extra: Any) -> str:
@@ -67,9 +72,22 @@ def _content(item: RecallItem) -> str:
     return text
 
 
+def _recall_verdict(item: RecallItem) -> ScanResult:
+    """The recall-time scan of one item: a past turn as :data:`_scan_turn` says, anything else (a live entry, a
+    provider's result) whole, with the model's power to block on its own."""
+    text = _content(item)
+    if item.source != "history" or not item.text.startswith("User: "):
+        return _scan_recalled(text)
+    whole = _scan_turn(text)
+    if whole.blocked:
+        return whole
+    user = item.text.removeprefix("User: ").split("\nAssistant: ", 1)[0]
+    return _scan_recalled(user)
+
+
 def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
     """Scan one recalled item; a blocked item is logged, its reason added to ``dropped``, and True returned."""
-    verdict = _scan_recalled(_content(item))
+    verdict = _recall_verdict(item)
     if not verdict.blocked:
         return False
     reason = f"{item.source}: {verdict.reason}"
