@@ -62,14 +62,21 @@ def _interleave(first: list[RecallItem], second: list[RecallItem]) -> list[Recal
     return out
 
 
+def _turn_parts(item: RecallItem) -> tuple[str, str | None]:
+    """A past turn's words without the "User: " / "Assistant: " labels ironmem itself puts in front of them:
+    ``(the user's words, the reply)``, the reply ``None`` when the text has no reply label (any other item: its
+    whole text)."""
+    if item.source != "history":
+        return item.text, None
+    user, label, reply = item.text.removeprefix("User: ").partition("\nAssistant: ")
+    return user, (reply if label else None)
+
+
 def _content(item: RecallItem) -> str:
-    """What the scan judges: a past turn's words without the "User: " / "Assistant: " labels ironmem itself puts
-    in front of them (labels at a line start look like chat-template turn headers to a scanner)."""
-    text = item.text
-    if item.source == "history":
-        text = text.removeprefix("User: ")
-        text = text.replace("\nAssistant: ", "\n", 1)
-    return text
+    """What the scan judges: the item's words without ironmem's own turn labels (labels at a line start look like
+    chat-template turn headers to a scanner)."""
+    user, reply = _turn_parts(item)
+    return user if reply is None else f"{user}\n{reply}"
 
 
 def _recall_verdict(item: RecallItem) -> ScanResult:
@@ -81,8 +88,7 @@ def _recall_verdict(item: RecallItem) -> ScanResult:
     whole = _scan_turn(text)
     if whole.blocked:
         return whole
-    user = item.text.removeprefix("User: ").split("\nAssistant: ", 1)[0]
-    return _scan_recalled(user)
+    return _scan_recalled(_turn_parts(item)[0])
 
 
 def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
