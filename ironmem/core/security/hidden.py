@@ -180,11 +180,12 @@ _FOREIGN_LETTER_RE = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]")  # (every match 
 _MAX_CANDIDATES = 200
 
 
-def _uts39_mixed(dec: str) -> list[Finding]:
-    """Mixed-script words whose UTS #39 skeleton (``ironmem.core.text``) is plain ASCII: every foreign letter
-    in them imitates a Latin one. Catches look-alikes from any script, not only those of the fast table."""
+def _uts39_mixed(dec: str, limit: int = 1) -> list[Finding]:
+    """Up to ``limit`` mixed-script words whose UTS #39 skeleton (``ironmem.core.text``) is plain ASCII: every
+    foreign letter in them imitates a Latin one. Catches look-alikes from any script, not only the fast table's."""
     from ironmem.core.text import skeleton
 
+    found: list[Finding] = []
     seen = 0
     n = len(dec)
     for m in finditer_near(_MIXED_RE, _FOREIGN_LETTER_RE, dec):
@@ -196,26 +197,44 @@ def _uts39_mixed(dec: str) -> list[Finding]:
             s -= 1
         while e < n and dec[e].isalpha() and e - m.end() < 40:
             e += 1
+        if found and found[-1].span == (s, e):  # another foreign letter of the word already found
+            continue
         word = dec[s:e]
         sk = skeleton(word)
         if sk != word and sk.isascii() and sk.isalpha():
-            return [Finding("homoglyph", "mixed-script-word", (s, e), word)]
-    return []
+            found.append(Finding("homoglyph", "mixed-script-word", (s, e), word))
+            if len(found) >= limit:
+                break
+    return found
 
 
-def homoglyph_findings(v: Views) -> list[Finding]:
-    if not v.dec.isascii():
-        found = _uts39_mixed(v.dec)
-        if found:
-            return found
+def lookalike_is_sensitive(word: str) -> bool:
+    """Whether a look-alike spelling disguises one of the words attacks are made of (``_SENSITIVE_WORDS``)."""
+    from ironmem.core.text import skeleton
+
+    return skeleton(word).casefold() in _SENSITIVE_WORDS
+
+
+def homoglyph_findings(v: Views, limit: int = 1) -> list[Finding]:
+    """Look-alike spellings: up to ``limit`` mixed-script words (UTS #39 first, then the fast table's), or one word
+    spelled wholly in look-alikes whose skeleton is a sensitive word ("ѕуѕtem")."""
+    found = _uts39_mixed(v.dec, limit) if not v.dec.isascii() else []
+    if len(found) >= limit:
+        return found
+    spans = {f.span for f in found}
     for s, e in v.confusable_spans:
         w = v.dec[s:e]
         foreign = any(c in _FOREIGN_CONFUSABLES for c in w)
         latin = any("a" <= c <= "z" or "A" <= c <= "Z" for c in w)
         if foreign and latin:
-            return [Finding("homoglyph", "mixed-script-word", (s, e), w)]
+            if (s, e) not in spans:
+                found.append(Finding("homoglyph", "mixed-script-word", (s, e), w))
+                spans.add((s, e))
+            if len(found) >= limit:
+                return found
+            continue
         sk = w.translate(_SKELETON_TABLE).casefold()
         if sk.isascii() and sk in _SENSITIVE_WORDS:
             return [Finding("homoglyph", "confusable-word", (s, e), w)]
-    return []
+    return found
 

@@ -27,7 +27,7 @@ from ironmem.core.text import well_formed
 
 from .encoded import _ROT13_HINTS, decoded_payloads, more_decodings
 from .engine import match_rules, match_rules_views
-from .hidden import hidden_findings, homoglyph_findings
+from .hidden import hidden_findings, homoglyph_findings, lookalike_is_sensitive
 from .model import LinearModel, load_model, prepare
 from .normalize import normalize
 from .result import Finding, ScanResult
@@ -196,6 +196,17 @@ def _content(
             weak.append(f)
             if mention:
                 mentions.add(m.rule.id)
+    # Look-alike spellings block on their own in text being written. At recall time ONE ordinary word with a
+    # foreign letter (song lyrics pasted with a Cyrillic "е", a name typed on a Cyrillic keyboard) is a weak
+    # signal: it blocks with another signal or the model's support. Disguise is what blocks alone: two or more
+    # such words, a disguised word of the kind attacks are made of ("jаilbreаk", "ѕystem"), or a sensitive
+    # word spelled wholly in look-alikes. (The rules read the skeleton view either way, where look-alikes are
+    # Latin again.)
+    glyphs = homoglyph_findings(v, limit=2 if context == "recall" else 1) if depth == 0 else []
+    if (context == "recall" and len(glyphs) == 1 and glyphs[0].rule == "mixed-script-word"
+            and not lookalike_is_sensitive(glyphs[0].excerpt)):
+        weak += glyphs
+        glyphs = []
     if model is not None:
         support = model.support_threshold if context == "write" else model.threshold
         alone = model.threshold if context == "write" else model.recall_threshold
@@ -245,8 +256,7 @@ def _content(
         blocking.append(
             Finding("encoded_instructions", "encoded.escapes", (0, 0), f"{v.decoded_escapes} HTML/URL escapes hide the text")
         )
-    if depth == 0:
-        blocking.extend(homoglyph_findings(v))
+    blocking.extend(glyphs)
     weak_only = [f for f in weak if f not in blocking]
     return bool(blocking), blocking, weak_only
 
