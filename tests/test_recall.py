@@ -325,9 +325,12 @@ def test_vectors_survive_a_restart_and_catch_up_in_the_background(tmp_path: Path
         assert conn.execute("SELECT value FROM meta WHERE key = 'turns_upto'").fetchone()[0] == "1"
 
 
-@pytest.mark.skipif(bool(embeddings_missing()), reason="ironmem[embeddings] not installed")
-def test_local_minilm_hybrid_recall_finds_a_paraphrase(tmp_path: Path) -> None:
-    with MemoryManager(home=tmp_path, embeddings=True) as manager:
+@pytest.mark.parametrize("model,model_id", [(True, "multilingual-e5-small-q4"), ("e5", "multilingual-e5-small-q4"),
+                                            ("minilm", "all-MiniLM-L6-v2-onnx-int8")])
+def test_local_hybrid_recall_finds_a_paraphrase(tmp_path: Path, model: bool | str, model_id: str) -> None:
+    if embeddings_missing("e5" if model is True else model):
+        pytest.skip(embeddings_missing("e5" if model is True else model))
+    with MemoryManager(home=tmp_path, embeddings=model) as manager:
         s = manager.start_session("a")
         s.sync_turn("I started taking violin lessons on Saturdays", "Lovely")
         s.sync_turn("The train was late again this morning", "Ugh")
@@ -335,7 +338,7 @@ def test_local_minilm_hybrid_recall_finds_a_paraphrase(tmp_path: Path) -> None:
         assert manager.builtin.index.vectors.wait_idle(120)
         recall = manager.start_session("b").prefetch("Which musical instrument am I learning?")
         assert recall.items and "violin" in recall.items[0].text
-        assert manager.status()["recall"]["model"] == "all-MiniLM-L6-v2-onnx-int8"
+        assert manager.status()["recall"]["model"] == model_id  # True: e5, the default where its engine loads
 
 
 def _noise_embedder(dims: int = 64):

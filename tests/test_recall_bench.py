@@ -130,12 +130,12 @@ def test_the_dense_gap_calibration_puts_dense_that_far_below_bm25s() -> None:
     pytest.importorskip("bm25s")
     from ironmem.core.builtin.vectors import embeddings_missing
 
-    if embeddings_missing():
-        pytest.skip(embeddings_missing())
+    if embeddings_missing("minilm"):
+        pytest.skip(embeddings_missing("minilm"))
     from recall_quality import CachedEmbedder, calibrate_noise
 
     data = generate(conversations=1, sessions=4, turns_per_session=10)
-    embedder = CachedEmbedder()
+    embedder = CachedEmbedder(model="minilm")  # the stress test was built on MiniLM
     clean = calibrate_noise(data, 0.0, embedder)
     weak = calibrate_noise(data, 20.0, embedder)
     assert clean["bm25s"] == weak["bm25s"] and weak["gap"] == 20.0

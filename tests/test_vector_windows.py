@@ -22,7 +22,7 @@ from ironmem.core.builtin.vectors import (
 )
 from ironmem.testing.embeddings import HashingEmbedder
 
-needs_minilm = pytest.mark.skipif(bool(embeddings_missing()), reason="ironmem[embeddings] not installed")
+needs_minilm = pytest.mark.skipif(bool(embeddings_missing("minilm")), reason="ironmem[embeddings] not installed")
 
 FILLER = [
     "The soil should be kept moist but never soggy, and the pot needs drainage holes at the bottom.",
@@ -137,7 +137,7 @@ def test_minilm_finds_a_fact_past_the_first_256_word_pieces_of_a_turn(tmp_path: 
     reply = " ".join(FILLER * 4) + " Also, as you asked me to remember: your violin lesson moved to Thursday evenings."
     model = MiniLMEmbedder()
     assert len(model.spans(reply)) > 300
-    with MemoryManager(home=tmp_path, embeddings=True) as manager:
+    with MemoryManager(home=tmp_path, embeddings="minilm") as manager:
         session = manager.start_session("a")
         session.sync_turn("how should I care for my herbs?", reply)
         for text in ("The train was late again this morning", "Can you summarize the French Revolution?",

@@ -399,21 +399,31 @@ class SearchIndex:
     def enable_vectors(self, embedder: Any = True, *, path: Path | None = None) -> bool:
         """Add dense vectors beside this index (``vectors.db`` next to it) and fuse them into search.
 
-        ``embedder`` True means the local MiniLM model (``ironmem[embeddings]``); otherwise any embedder that
-        :func:`ironmem.providers._embedding.as_embedder` accepts. Turns and entries are embedded by a background
+        ``embedder`` True (or ``"default"``) means the best local model that runs here (``ironmem[embeddings]``:
+        e5, else MiniLM; :func:`~.vectors.default_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
+        embedder that :func:`ironmem.providers._embedding.as_embedder` accepts. Turns and entries are embedded by a background
         worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
         cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
         """
-        from .vectors import EmbeddingsUnavailable, MiniLMEmbedder, VectorIndex, embeddings_missing
+        from .vectors import (
+            E5Embedder,
+            EmbeddingsUnavailable,
+            MiniLMEmbedder,
+            VectorIndex,
+            default_embedder,
+            embeddings_missing,
+        )
 
         if self.vectors is not None:
             return True
         try:
-            if embedder is True or embedder in ("minilm", MiniLMEmbedder.model_id):
-                missing = embeddings_missing()
+            local = {True: "default", "default": "default", "e5": "e5", E5Embedder.model_id: "e5", "minilm": "minilm",
+                     MiniLMEmbedder.model_id: "minilm"}.get(embedder) if isinstance(embedder, (bool, str)) else None
+            if local is not None:
+                missing = embeddings_missing(local)
                 if missing:
                     raise EmbeddingsUnavailable(missing)
-                embedder = MiniLMEmbedder()
+                embedder = {"default": default_embedder, "e5": E5Embedder, "minilm": MiniLMEmbedder}[local]()
             self.vectors = VectorIndex(
                 path or self.path.with_name("vectors.db"), embedder, turns=self._turns_after, entries=self._all_entries
             )
