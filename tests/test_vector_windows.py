@@ -153,3 +153,39 @@ def test_minilm_finds_a_fact_past_the_first_256_word_pieces_of_a_turn(tmp_path: 
                         "User: The train was late again this morning\nAssistant: Sure, here is an overview."])
     query = model([question])[0]
     assert float(one @ query) < float(other @ query)
+
+
+class _SlowHashing(HashingEmbedder):
+    """The hashing embedder at the pace of a slow model: 0.3 s a call (e5 on long windows is slower still)."""
+
+    calls = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        type(self).calls += 1
+        time.sleep(0.3)
+        return super().embed_documents(texts)
+
+
+def test_closing_during_a_long_backlog_is_prompt_and_loses_nothing(tmp_path: Path) -> None:
+    """The worker checks for a stop between slices of windows: close() does not wait for a whole batch, a batch
+    cut short writes nothing, and the next start embeds the rest."""
+    reply = " ".join(FILLER * 6)  # long: several windows a turn
+    with MemoryManager(home=tmp_path) as manager:
+        session = manager.start_session("a")
+        for i in range(64):
+            session.sync_turn(f"question {i} about my herbs", reply)
+    manager = MemoryManager(home=tmp_path, embeddings=_SlowHashing(dims=64))
+    vectors = manager.builtin.index.vectors
+    assert vectors is not None
+    time.sleep(0.5)  # the worker is inside its first batch of 32 turns (many slices of windows)
+    start = time.perf_counter()
+    manager.close()
+    assert time.perf_counter() - start < 5.0  # one slice, not the batch (> 10 s at this pace)
+    with closing(sqlite3.connect(tmp_path / ".ironmem" / "vectors.db")) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'turns_upto'").fetchone()
+        upto = int(row[0]) if row else 0
+        stored = {r[0] for r in conn.execute("SELECT turn_id FROM turn_windows")}
+    assert upto < 64 and stored == set(range(1, upto + 1))  # whole batches only
+    with MemoryManager(home=tmp_path, embeddings=HashingEmbedder(dims=64)) as again:
+        assert again.builtin.index.vectors.wait_idle(120)
+        assert again.builtin.index.recall_status()["turns_embedded_upto"] == 64

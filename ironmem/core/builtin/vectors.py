@@ -54,6 +54,8 @@ MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 _TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json.gz"
 #: Turns embedded per batch by the worker.
 BATCH = 32
+#: Windows embedded between two checks of a stop request (e5: about 20 s of CPU for 64 long windows).
+STOP_CHECK = 64
 #: Word pieces per window of a long turn: what all-MiniLM-L6-v2 was trained on (128; it reads at most 256).
 WINDOW = 128
 #: Windows embedded per turn at most (about 4,000 word pieces); lexical search still reads the whole turn.
@@ -598,7 +600,12 @@ class VectorIndex:
         if not batch:
             return False
         windows = [turn_windows(user, assistant, self._spans) for _, user, assistant in batch]
-        vectors = self.embedder.embed_documents([text for texts in windows for text in texts])
+        texts_in_order = [text for texts in windows for text in texts]
+        vectors: list[Any] = []
+        for start in range(0, len(texts_in_order), STOP_CHECK):  # close() waits at most one slice, not the batch
+            if self._stop:
+                return False  # nothing written: the next start embeds these turns again
+            vectors.extend(self.embedder.embed_documents(texts_in_order[start:start + STOP_CHECK]))
         with self._lock:
             moments = self._moments.copy()
             self._conn.execute("BEGIN")
