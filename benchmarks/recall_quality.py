@@ -92,7 +92,7 @@ class CachedEmbedder:
     def __init__(self, noise: float = 0.0, cache: str | None = None, model: str = "e5") -> None:
         from ironmem.core.builtin.vectors import E5Embedder, MiniLMEmbedder
 
-        self.model: Any = E5Embedder() if model == "e5" else MiniLMEmbedder(threads=2)
+        self.model: Any = E5Embedder(threads=2) if model == "e5" else MiniLMEmbedder(threads=2)
         self.base_id = self.model.model_id
         self.name = "e5" if model == "e5" else "MiniLM"
         self.clean: dict[str, Any] = {}

