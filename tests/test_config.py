@@ -306,3 +306,24 @@ def test_a_bad_secret_value_is_not_echoed_in_the_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert "mem0.api_key" in str(err.value) and "sk-live-123456789" not in str(err.value)
+
+
+@pytest.mark.parametrize("value,model", [("true", "multilingual-e5-small-q4"), ("e5", "multilingual-e5-small-q4"),
+                                         ("minilm", "all-MiniLM-L6-v2-onnx-int8")])
+def test_memory_embeddings_chooses_the_local_model(tmp_path: Path, value: str, model: str) -> None:
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    needs = "minilm" if value == "minilm" else "e5"
+    if embeddings_missing(needs):
+        pytest.skip(embeddings_missing(needs))
+    path = write(tmp_path, f"memory: {{embeddings: {value}}}\n")
+    with manager_from_config(path, home=tmp_path / "home") as manager:
+        recall = manager.status()["recall"]
+        assert recall["mode"] == "hybrid" and recall["model"] == model
+
+
+def test_an_unknown_embeddings_model_is_refused_with_the_choices(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory: {embeddings: bert}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "memory.embeddings" in str(err.value) and "'e5'" in str(err.value) and "'minilm'" in str(err.value)
