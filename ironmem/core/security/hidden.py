@@ -197,7 +197,7 @@ def _uts39_mixed(dec: str, limit: int = 1) -> list[Finding]:
             s -= 1
         while e < n and dec[e].isalpha() and e - m.end() < 40:
             e += 1
-        if found and found[-1].span == (s, e):  # another foreign letter of the word already found
+        if found and found[-1].span[1] > s:  # another foreign letter of the word already found
             continue
         word = dec[s:e]
         sk = skeleton(word)
@@ -221,15 +221,13 @@ def homoglyph_findings(v: Views, limit: int = 1) -> list[Finding]:
     found = _uts39_mixed(v.dec, limit) if not v.dec.isascii() else []
     if len(found) >= limit:
         return found
-    spans = {f.span for f in found}
     for s, e in v.confusable_spans:
         w = v.dec[s:e]
         foreign = any(c in _FOREIGN_CONFUSABLES for c in w)
         latin = any("a" <= c <= "z" or "A" <= c <= "Z" for c in w)
         if foreign and latin:
-            if (s, e) not in spans:
+            if not any(a < e and s < b for a, b in (f.span for f in found)):  # a word not found yet (spans overlap)
                 found.append(Finding("homoglyph", "mixed-script-word", (s, e), w))
-                spans.add((s, e))
             if len(found) >= limit:
                 return found
             continue
