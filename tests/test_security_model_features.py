@@ -112,3 +112,27 @@ def test_long_text_scores_like_the_reference() -> None:
         p = model.prepare(normalize(t).skel)
         ref = max(m._prob(w) for w in _ref_windows(p))
         assert abs(m.score(normalize(t).skel) - ref) < 1e-9
+
+
+def test_a_short_text_weighs_as_little_evidence() -> None:
+    """Fewer n-grams than ``MIN_FEATURES`` are scored as if the missing ones weighed nothing: the logit of a short
+    text is shrunk toward the model's prior by sqrt(n / MIN_FEATURES), a long text's is untouched."""
+    m = model.load_model()
+    assert m is not None
+    for text, short in (("Have you tried everything?", True), (" ".join(f"note {i} about the garden" for i in range(60)), False)):
+        feats = model.featurize(model.prepare(normalize(text).skel))
+        assert (feats.size < model.MIN_FEATURES) is short
+        raw = float(m.weights[feats].sum())
+        expected = 1.0 / (1.0 + np.exp(-(raw / np.sqrt(max(feats.size, model.MIN_FEATURES)) + m.bias)))
+        assert abs(m._prob(feats) - expected) < 1e-9
+    # the windows of a long text follow the same rule as a text scored whole
+    text = "Did you do all of this yourself? " + "x" * 40
+    assert abs(m.window_scores(text, 10_000)[0] - m._prob(model.featurize(text))) < 1e-9
+
+
+def test_short_everyday_questions_are_recalled() -> None:
+    from ironmem.core.security import scan
+
+    # both scored 0.92-0.94 by the model alone with plain L2 normalization (a few n-grams of "you" and "this")
+    for text in ("Have you tried everything?", "Did you do all of this yourself?"):
+        assert not scan(text, context="recall").blocked, scan(text, context="recall")

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ironmem.core.security.model import DIM, featurize, model_from_arrays, prepare
+from ironmem.core.security.model import DIM, MIN_FEATURES, featurize, model_from_arrays, prepare
 from ironmem.core.security.normalize import normalize
 from ironmem.core.security.scanner import rule_signals
 
@@ -76,7 +76,7 @@ def _matrix(feats: list[np.ndarray]):
     indptr = np.zeros(len(feats) + 1, dtype=np.int64)
     indptr[1:] = np.cumsum([len(f) for f in feats])
     indices = np.concatenate(feats) if feats else np.zeros(0, dtype=np.int64)
-    data = np.concatenate([np.full(len(f), 1.0 / np.sqrt(max(len(f), 1))) for f in feats]) if feats else np.zeros(0)
+    data = np.concatenate([np.full(len(f), 1.0 / np.sqrt(max(len(f), MIN_FEATURES))) for f in feats]) if feats else np.zeros(0)
     return csr_matrix((data, indices, indptr), shape=(len(feats), DIM))
 
 
@@ -111,7 +111,7 @@ def fit(feats: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _prob(w: np.ndarray, b: float, f: np.ndarray) -> float:
-    z = (float(w[f].sum()) / float(np.sqrt(max(f.size, 1)))) + b
+    z = (float(w[f].sum()) / float(np.sqrt(max(f.size, MIN_FEATURES)))) + b
     return float(1.0 / (1.0 + np.exp(-z)))
 
 

@@ -34,6 +34,10 @@ import numpy as np
 __all__ = ["DIM", "LinearModel", "featurize", "featurize_windows", "load_model", "prepare"]
 
 DIM = 1 << 18  # (``_window_features`` splits its keys with this shift)
+#: A text with fewer n-gram buckets than this is scored as if it had this many, the missing ones weighing nothing:
+#: plain L2 normalization makes a 3-word question as confident as a page ("With everything." scored 0.91), though
+#: a few n-grams are little evidence. About the 10th percentile of the training rows' bucket counts (182).
+MIN_FEATURES = 180
 CHAR_NS = (2, 3, 4, 5)
 WINDOW = 3000
 STRIDE = 1500
@@ -163,7 +167,7 @@ def _ngram_hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def featurize(text: str) -> np.ndarray:
-    """Sorted unique bucket indices of ``text`` (prepared); the vector is 1/sqrt(len) at each."""
+    """Sorted unique bucket indices of ``text`` (prepared); the vector is 1/sqrt(max(len, MIN_FEATURES)) at each."""
     idx, _ = _ngram_hashes(text)
     return _sorted_unique(idx).astype(np.int64)
 
@@ -253,7 +257,7 @@ class LinearModel:
     def _prob(self, feats: np.ndarray) -> float:
         if feats.size == 0:
             return float(1.0 / (1.0 + np.exp(-self.bias)))
-        z = float(self.weights[feats].sum()) / float(np.sqrt(feats.size)) + self.bias
+        z = float(self.weights[feats].sum()) / float(np.sqrt(max(feats.size, MIN_FEATURES))) + self.bias
         return float(1.0 / (1.0 + np.exp(-z)))
 
     def score(self, normalized: str) -> float:
@@ -282,7 +286,7 @@ class LinearModel:
         sums = np.bincount(win, weights=self.weights[idx], minlength=n_win)
         # the keys are sorted by window: a window's count is the length of its run
         counts = np.diff(np.searchsorted(win, np.arange(n_win + 1, dtype=win.dtype)))
-        z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, 1)), 0.0) + self.bias
+        z = np.where(counts > 0, sums / np.sqrt(np.maximum(counts, MIN_FEATURES)), 0.0) + self.bias
         return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
