@@ -6,7 +6,7 @@ trained, tuned or thresholded on (``tests/data/security/corpus.jsonl`` holds nei
 
 * **chitchat-dataset 0.9.0** (MIT, BYU PCC lab's Chit-Chat Challenge): 7,168 conversations between two people,
   66,853 turns. Its conversations are split in two halves by a hash of their id: ``dev`` is the half whose
-  blocked turns were read while fixing rule classes (the seventh round, docs/security.md); ``test`` was never
+  blocked turns were read while fixing rule classes (the eighth round, docs/security.md); ``test`` was never
   read row by row.
 * **chatterbot-corpus 1.3.3** (BSD-3-Clause): short user/bot dialogues in 28 languages, 10,101 turns.
 
