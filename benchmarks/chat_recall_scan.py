@@ -78,10 +78,7 @@ def chatterbot_turns(path: Path) -> list[tuple[str, str]]:
     out = []
     with zipfile.ZipFile(path) as zf:
         for name in sorted(n for n in zf.namelist() if n.endswith(".yml") and "/data/" in n):
-            try:
-                doc = yaml.safe_load(zf.read(name).decode("utf-8")) or {}
-            except (yaml.YAMLError, UnicodeDecodeError):
-                continue  # a file the package itself cannot parse is not a dialogue
+            doc = yaml.safe_load(zf.read(name).decode("utf-8")) or {}
             for conv in doc.get("conversations") or []:
                 lines = [str(x) for x in conv if x is not None]
                 out += [("chatterbot-corpus", f"User: {lines[i]}\nAssistant: {lines[i + 1]}")
