@@ -1,7 +1,7 @@
 """Recall-time scanning reads a long past reply by its passages: weak signals must agree locally.
 
 Past assistant replies run to thousands of characters; two unrelated weak phrases far apart in one (a role-play
-mention in the first paragraph, "destroy" in the fifth) are chance, not an attack. At write time (memory entries)
+mention in the first paragraph, "wipe the old backups" in the fifth) are chance, not an attack. At write time (memory entries)
 the verdict is unchanged.
 """
 
@@ -13,7 +13,7 @@ from ironmem.core.security.scanner import RECALL_REACH
 FILLER = ("We walked along the river and talked about the garden, the new bakery on the corner and the weather "
           "for the weekend. ")
 PERSONA = "The user likes to roleplay as a pirate with the kids."  # role.persona: a weak signal
-DESTROY = "Gossip in a small town can destroy lives."  # destroy.command: a weak signal
+DESTROY = "The nightly job will wipe the old backups."  # destroy.command: a weak signal
 
 
 def rules(text: str, context: str) -> list[str]:
