@@ -6,8 +6,8 @@ trained, tuned or thresholded on (``tests/data/security/corpus.jsonl`` holds nei
 
 * **chitchat-dataset 0.9.0** (MIT, BYU PCC lab's Chit-Chat Challenge): 7,168 conversations between two people,
   66,853 turns. Its conversations are split in two halves by a hash of their id: ``dev`` is the half whose
-  blocked turns were read while fixing rule classes (the eighth round, docs/security.md); ``test`` was never
-  read row by row.
+  blocked turns were studied while fixing rule classes (the eighth round, docs/security.md); ``test`` was not
+  studied (though the blocked turns of both halves were listed once, before the split was made).
 * **chatterbot-corpus 1.3.3** (BSD-3-Clause): short user/bot dialogues in 28 languages, 10,101 turns.
 
 Each conversation becomes stored turns the way ironmem stores them (one speaker's consecutive messages are the
