@@ -156,9 +156,11 @@ class _LocalScores:
 
 
 def _content(
-    text: str, context: str, depth: int, model: LinearModel | None, model_alone: bool = True
+    text: str, context: str, depth: int, model: LinearModel | None, model_alone: bool = True,
+    structural_weak: list[Finding] | None = None,
 ) -> tuple[bool, list[Finding], list[Finding]]:
-    """(blocked, blocking findings, weak findings) for the text content (not hidden chars).
+    """(blocked, blocking findings, weak findings) for the text content (not hidden chars); ``structural_weak``:
+    weak signals found outside the rules (a chat-template token at recall time), with the span of ``text``.
 
     The model's score is computed only when the verdict reads it: a weak signal that needs its support, or
     no blocking finding yet (the model alone may block). A text that rules block on their own is not scored."""
@@ -207,6 +209,7 @@ def _content(
             and not lookalike_is_sensitive(glyphs[0].excerpt)):
         weak += glyphs
         glyphs = []
+    weak += structural_weak or []  # (their spans are the raw text's: near the view's, which drops invisibles)
     if model is not None:
         support = model.support_threshold if context == "write" else model.threshold
         alone = model.threshold if context == "write" else model.recall_threshold
@@ -325,20 +328,30 @@ def scan_with_model(
         raise ValueError(f"scan(context=...) must be 'write' or 'recall', got {context!r}")
     text = well_formed(text)
     findings: list[Finding] = []
+    tokens: list[Finding] = []
     hidden_text = ""
     if not text.isascii():
         hf, hidden_text = hidden_findings(text, allow_lone_break=context == "recall")
         findings.extend(hf)
-    for s, e, kind in find_forgeries(text):
+    forgeries = find_forgeries(text)
+    lone_token = context == "recall" and sum(kind == "token" for _, _, kind in forgeries) == 1
+    for s, e, kind in forgeries:
         if kind == "header" and context == "recall":
             # A turn header ("assistant:") is what a recalled past turn looks like; the fence neutralizes
             # headers when it renders recall, so only a memory WRITE is refused for one.
             continue
         if kind == "token" and _is_type_argument(text, s, e):
             continue
+        if kind == "token" and lone_token:
+            # ONE chat-template token in a recalled past turn (a leaked "<|end_header_id|>" in pasted text,
+            # "<|im_start|>" in a question about prompt formats) is neutralized by the fence when it renders
+            # recall: a weak signal there, blocking with another signal or the model's support. Two or more
+            # forge a turn boundary ("<|im_end|>\n<|im_start|>system") and block, as at write time.
+            tokens.append(Finding("fence_forgery", "fence.token", (s, e), text[s:e][:120]))
+            continue
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
-    blocked, blocking, weak = _content(text, context, 0, model, model_alone)
+    blocked, blocking, weak = _content(text, context, 0, model, model_alone, tokens[:1])
     if hidden_text.strip():
         sub_blocked, sub_f, _ = _content(hidden_text, context, 1, model, model_alone)
         if sub_blocked:
