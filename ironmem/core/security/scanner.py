@@ -99,20 +99,38 @@ RECALL_WINDOW = 1000
 _WS_RUN_RE = re.compile(r"\s(?:\s+|(?<=\A\s))")
 
 
+def _agree(f: Finding, g: Finding) -> bool:
+    """Two weak signals agree when two rules found them in different words: a span that lies within the other's
+    is the same evidence read twice ("maybe the neighbor was secretly feeding it": a secret read, and something
+    hidden, both from "secretly"; "next week I'll send her the link at www...": a send to an address, alone and
+    after a trigger word). A structural signal (a look-alike letter, a chat-template token) is evidence of another
+    kind, the text's form: it agrees with a rule's signal in the same words ("wipе the old backups" with a Cyrillic
+    "е")."""
+    if f.rule == g.rule:
+        return False
+    if f.category in _STRUCTURAL or g.category in _STRUCTURAL:
+        return True
+    (a, b), (c, d) = f.span, g.span
+    return not (a <= c and d <= b) and not (c <= a and b <= d)
+
+
+def _agreeing(signals: list[Finding]) -> bool:
+    """Whether two of the weak signals agree. A rule gives at most one finding, so this is quadratic in the number
+    of rules that matched, not in the length of the text."""
+    return any(_agree(f, g) for i, f in enumerate(signals) for g in signals[i + 1 :])
+
+
 def _agreeing_locally(signals: list[Finding]) -> set[Finding]:
-    """The weak signals that another rule's signal starts within about RECALL_REACH characters of (by buckets
-    of that size: linear in the number of signals, however many there are)."""
-    rules_near: dict[int, set[str]] = {}
+    """The weak signals that another rule's signal agrees with and starts within about RECALL_REACH characters
+    of (found by buckets of that size)."""
+    near: dict[int, list[Finding]] = {}
     for g in signals:
-        rules_near.setdefault(g.span[0] // RECALL_REACH, set()).add(g.rule)
+        near.setdefault(g.span[0] // RECALL_REACH, []).append(g)
     agreeing = set()
     for f in signals:
         b = f.span[0] // RECALL_REACH
-        for k in (b - 1, b, b + 1):
-            near = rules_near.get(k)
-            if near and (len(near) > 1 or f.rule not in near):
-                agreeing.add(f)
-                break
+        if any(_agree(f, g) for k in (b - 1, b, b + 1) for g in near.get(k, ())):
+            agreeing.add(f)
     return agreeing
 
 
@@ -229,7 +247,7 @@ def _content(
         if not blocking and supportable:  # the model is read only when the verdict depends on it
             blocking += [f for f in supportable if local_scores().support(*f.span) >= support]
     elif signals and (
-        len({g.rule for g in signals}) >= 2 or (any(g.rule not in rule_only for g in signals) and score() >= support)
+        _agreeing(signals) or (any(g.rule not in rule_only for g in signals) and score() >= support)
     ):
         blocking += signals
     if not blocking and model_alone:
