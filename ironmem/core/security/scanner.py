@@ -369,7 +369,7 @@ def scan_with_model(
             continue
         findings.append(Finding("fence_forgery", f"fence.{kind}", (s, e), text[s:e][:120]))
         break
-    blocked, blocking, weak = _content(text, context, 0, model, model_alone, tokens[:1])
+    blocked, blocking, weak = _content(text, context, 0, model, model_alone, tokens)
     if hidden_text.strip():
         sub_blocked, sub_f, _ = _content(hidden_text, context, 1, model, model_alone)
         if sub_blocked:
