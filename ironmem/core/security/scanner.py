@@ -101,9 +101,8 @@ _WS_RUN_RE = re.compile(r"\s(?:\s+|(?<=\A\s))")
 
 def _agree(f: Finding, g: Finding) -> bool:
     """Two weak signals agree when two rules found them in different words: a span that lies within the other's
-    is the same evidence read twice ("maybe the neighbor was secretly feeding it": a secret read, and something
-    hidden, both from "secretly"; "next week I'll send her the link at www...": a send to an address, alone and
-    after a trigger word). A structural signal (a look-alike letter, a chat-template token) is evidence of another
+    is the same evidence read twice ("next week I'll send her the link at www...": a send to an address, alone
+    and after a trigger word). A structural signal (a look-alike letter, a chat-template token) is evidence of another
     kind, the text's form: it agrees with a rule's signal in the same words ("wipе the old backups" with a Cyrillic
     "е")."""
     if f.rule == g.rule:
