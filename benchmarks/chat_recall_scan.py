@@ -9,6 +9,9 @@ trained, tuned or thresholded on (``tests/data/security/corpus.jsonl`` holds nei
   blocked turns were studied while fixing rule classes (the eighth round, docs/security.md); ``test`` was not
   studied (though the blocked turns of both halves were listed once, before the split was made).
 * **chatterbot-corpus 1.3.3** (BSD-3-Clause): short user/bot dialogues in 28 languages, 10,101 turns.
+* **written for the scan** (``data/written_chat``, MIT): 400 user/assistant how-to exchanges (``howto_dev``, studied
+  in the tenth round; ``howto_heldout``, not) and 500 friends' messages, written by helpers shown no part of the
+  scanner: an agent's history is mostly someone asking how to do something, which the two datasets hardly hold.
 
 Each conversation becomes stored turns the way ironmem stores them (one speaker's consecutive messages are the
 "user" words, the other's the reply), and each turn goes through the verdict prefetch applies to a recalled
@@ -86,6 +89,23 @@ def chatterbot_turns(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+WRITTEN = HERE / "data" / "written_chat"
+
+
+def written_turns(folder: Path = WRITTEN) -> list[tuple[str, str]]:
+    """(``written:<set>``, turn text) for the turns written for the scan (``data/written_chat/README.md``): a
+    how-to line is ``user || reply``; consecutive friends' messages are paired into turns."""
+    out = []
+    for name in ("howto_dev", "howto_heldout"):
+        for line in (folder / f"{name}.txt").read_text(encoding="utf-8").splitlines():
+            user, sep, reply = line.partition(" || ")
+            if sep:
+                out.append((f"written:{name}", f"User: {user}\nAssistant: {reply}"))
+    lines = [x for x in (folder / "friends.txt").read_text(encoding="utf-8").splitlines() if x.strip()]
+    out += [("written:friends", f"User: {lines[i]}\nAssistant: {lines[i + 1]}") for i in range(0, len(lines) - 1, 2)]
+    return out
+
+
 def run(turns: list[tuple[str, str]]) -> dict[str, Any]:
     from ironmem.core.recall import RecallItem, clip
     from ironmem.core.session import _recall_verdict  # the verdict prefetch applies to a recalled past turn
@@ -114,7 +134,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=RESULTS / "chat_recall_scan.json")
     ap.add_argument("--show", type=int, default=5, help="blocked turns printed per source")
     args = ap.parse_args()
-    turns = chitchat_turns(wheel(args.wheels, CHITCHAT)) + chatterbot_turns(wheel(args.wheels, CHATTERBOT))
+    turns = (chitchat_turns(wheel(args.wheels, CHITCHAT)) + chatterbot_turns(wheel(args.wheels, CHATTERBOT))
+             + written_turns())
     report = run(turns)
     rows = [[s, f"{v['turns']:,}", f"{v['blocked']:,}", f"{v['rate']:.3%}",
              ", ".join(f"{k} {n}" for k, n in v["reasons"].items()) or "-"]

@@ -49,3 +49,19 @@ def test_turns_pair_each_speakers_messages_and_the_verdict_counts_drops(tmp_path
     assert "instruction_override" in next(iter(counts["reasons"]))
     assert report["sources"]["chatterbot-corpus"]["blocked"] == 0
     assert report["blocked"][half][0]["text"] == texts[1]
+
+
+def test_the_written_sets_are_read_as_turns(tmp_path: Path) -> None:
+    from chat_recall_scan import WRITTEN, written_turns
+
+    (tmp_path / "howto_dev.txt").write_text("How do I boil an egg? || Simmer it for nine minutes.\n", encoding="utf-8")
+    (tmp_path / "howto_heldout.txt").write_text("not a turn, no separator\n", encoding="utf-8")
+    (tmp_path / "friends.txt").write_text("Ana: back from Lisbon!\n\nBo: welcome back!\nAna: unanswered\n",
+                                          encoding="utf-8")
+    assert written_turns(tmp_path) == [
+        ("written:howto_dev", "User: How do I boil an egg?\nAssistant: Simmer it for nine minutes."),
+        ("written:friends", "User: Ana: back from Lisbon!\nAssistant: Bo: welcome back!"),
+    ]
+    shipped = written_turns(WRITTEN)  # the shipped files: 200 + 200 exchanges, 500 messages paired into 250 turns
+    assert [sum(s == f"written:{n}" for s, _ in shipped) for n in ("howto_dev", "howto_heldout", "friends")] == \
+        [200, 200, 250]

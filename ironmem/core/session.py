@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
-from .security import ScanResult, redact_secrets, scan
+from .security import ScanResult, asks_how, redact_secrets, scan
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -38,6 +38,17 @@ _scan_recalled = functools.lru_cache(maxsize=4096)(functools.partial(scan, conte
 #: again with it: the model learned jailbreak prompts, which people type; on a past assistant reply it judges
 #: style ("As an AI language model, I ..." scored 0.90-0.94 on real chat replies and dropped them), not intent.
 _scan_turn = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall", model_alone=False))
+#: What a reply to "how do I ...?" tells the user to do: wipe the drive before selling it, download the installer
+#: and run it, add a cron job, keep the API key out of the code, pay the new account. In such a past turn these
+#: categories give weak signals (a second agreeing rule still blocks; the model's support alone does not, as it
+#: judges a reply's style). Override, role hijack, extraction, exfiltration to an address, concealment, forged
+#: markup and hidden text keep their strength; the user's words are scanned with every rule at full strength.
+_TOLD_STEPS = frozenset(
+    {"destructive", "persistence", "delayed_trigger", "supply_chain", "secret_harvesting", "payment_redirect"}
+)
+_scan_steps_turn = functools.lru_cache(maxsize=4096)(
+    functools.partial(scan, context="recall", model_alone=False, weak_categories=_TOLD_STEPS)
+)
 
 
 def json_error(message: str, **extra: Any) -> str:
@@ -85,10 +96,11 @@ def _recall_verdict(item: RecallItem) -> ScanResult:
     text = _content(item)
     if item.source != "history" or not item.text.startswith("User: "):
         return _scan_recalled(text)
-    whole = _scan_turn(text)
+    user, reply = _turn_parts(item)
+    whole = (_scan_steps_turn if reply is not None and asks_how(user) else _scan_turn)(text)
     if whole.blocked:
         return whole
-    return _scan_recalled(_turn_parts(item)[0])
+    return _scan_recalled(user)
 
 
 def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .redact import redact_secrets
 from .result import CATEGORIES, CATEGORY_TEXT, Finding, ScanResult
-from .scanner import MAX_SCAN_CHARS, ScanContext, scan
+from .scanner import MAX_SCAN_CHARS, ScanContext, asks_how, scan
 
 __all__ = [
     "CATEGORIES",
@@ -29,6 +29,7 @@ __all__ = [
     "Finding",
     "ScanContext",
     "ScanResult",
+    "asks_how",
     "redact_secrets",
     "scan",
 ]

@@ -118,6 +118,7 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     lexicon: dict[str, dict[str, Any]] = data.get("lexicon") or {}
     concepts: dict[str, tuple[_Phrase, ...]] = {}
     vetoes: dict[str, re.Pattern[str]] = {}
+    vetoes_before: dict[str, re.Pattern[str]] = {}
     for name, by_lang in lexicon.items():
         by_lang = dict(by_lang or {})
         veto = by_lang.pop("unless_followed_by", None)
@@ -126,6 +127,12 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
                 vetoes[name] = re.compile(str(veto))
             except re.error as exc:
                 raise RulesError(f"concept {name!r}: unless_followed_by does not compile: {exc}") from exc
+        veto = by_lang.pop("unless_preceded_by", None)
+        if veto is not None:
+            try:
+                vetoes_before[name] = re.compile(rf"(?:{veto})\Z")
+            except re.error as exc:
+                raise RulesError(f"concept {name!r}: unless_preceded_by does not compile: {exc}") from exc
         phrases: set[str] = set()
         for lang_phrases in by_lang.values():
             # phrases are read through the same normalization as the text (casefold, look-alike skeleton)
@@ -195,6 +202,8 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     _CONCEPTS.update(concepts)
     _CONCEPT_VETO.clear()
     _CONCEPT_VETO.update(vetoes)
+    _CONCEPT_VETO_BEFORE.clear()
+    _CONCEPT_VETO_BEFORE.update(vetoes_before)
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
     _PREFILTERS.clear()
@@ -227,7 +236,7 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
                 for c in pat.concepts:
                     for ph in concepts[c]:
                         lits.add(ph.literal)
-                        reach(ph.literal, 2, _SEQ_REACH)
+                        reach(ph.literal, 2 + (_VETO_REACH if c in vetoes_before else 0), _SEQ_REACH)
                 continue
             for lit in _HEADS.get(pat, ()):
                 lits.add(lit)
@@ -529,6 +538,9 @@ _CONCEPTS: dict[str, tuple[_Phrase, ...]] = {}
 # concept -> what may not follow an occurrence (``unless_followed_by`` in the lexicon: ``http://localhost`` is no
 # outside address); read from the occurrence's end, at most _VETO_REACH characters (within _SEQ_REACH)
 _CONCEPT_VETO: dict[str, re.Pattern[str]] = {}
+# concept -> what may not come right before an occurrence (``unless_preceded_by``: "don't post it" is no reveal);
+# matched so that it ends where the occurrence starts, reading at most _VETO_REACH characters back
+_CONCEPT_VETO_BEFORE: dict[str, re.Pattern[str]] = {}
 _VETO_REACH = 40
 _AUTOMATON: list[_Automaton | None] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
@@ -709,9 +721,12 @@ class _Text:
             ]
             phrases = [ph for lit in lits for ph in by_lit[lit]]
         veto = _CONCEPT_VETO.get(name)
+        veto_before = _CONCEPT_VETO_BEFORE.get(name)
         for ph in phrases:
             for i in self.literal(ph.literal):
                 if ph.left and i > 0 and (t[i - 1].isalnum() or t[i - 1] == "_"):
+                    continue
+                if veto_before is not None and veto_before.search(t, max(0, i - _VETO_REACH), i):
                     continue
                 e = i + len(ph.literal)
                 if ph.star:
@@ -962,6 +977,15 @@ def _match_rule(tx: _Text, rule: Rule) -> RuleMatch | None:
         return None
     s, e = span
     return RuleMatch(rule, (s, e), tx.text[s:e][:120])
+
+
+def concept_occurs(name: str, text: str) -> bool:
+    """Whether a phrase of the lexicon concept ``name`` occurs in ``text`` (normalized and casefolded, as the rules
+    read it)."""
+    load_rules()
+    if name not in _CONCEPTS:
+        raise KeyError(f"no concept {name!r} in rules.yaml's lexicon")
+    return bool(_Text(text).concept(name))
 
 
 def match_rules(
