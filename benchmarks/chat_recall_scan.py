@@ -9,9 +9,11 @@ trained, tuned or thresholded on (``tests/data/security/corpus.jsonl`` holds nei
   blocked turns were studied while fixing rule classes (the eighth round, docs/security.md); ``test`` was not
   studied (though the blocked turns of both halves were listed once, before the split was made).
 * **chatterbot-corpus 1.3.3** (BSD-3-Clause): short user/bot dialogues in 28 languages, 10,101 turns.
-* **written for the scan** (``data/written_chat``, MIT): 400 user/assistant how-to exchanges (``howto_dev``, studied
-  in the tenth round; ``howto_heldout``, not) and 500 friends' messages, written by helpers shown no part of the
-  scanner: an agent's history is mostly someone asking how to do something, which the two datasets hardly hold.
+* **written for the scan** (``data/written_chat``, MIT): 532 user/assistant how-to exchanges (``howto_dev``, studied
+  in the tenth round; ``howto_heldout`` and ``howto_multilingual``, 11 languages, not), 200 exchanges with a coding
+  assistant (``coding_heldout``, not studied) and 500 friends' messages,
+  written by helpers shown no part of the scanner: an agent's history is mostly someone asking how to do something,
+  which the two datasets hardly hold.
 
 Each conversation becomes stored turns the way ironmem stores them (one speaker's consecutive messages are the
 "user" words, the other's the reply), and each turn goes through the verdict prefetch applies to a recalled
@@ -96,7 +98,7 @@ def written_turns(folder: Path = WRITTEN) -> list[tuple[str, str]]:
     """(``written:<set>``, turn text) for the turns written for the scan (``data/written_chat/README.md``): a
     how-to line is ``user || reply``; consecutive friends' messages are paired into turns."""
     out = []
-    for name in ("howto_dev", "howto_heldout"):
+    for name in ("howto_dev", "howto_heldout", "howto_multilingual", "coding_heldout"):
         for line in (folder / f"{name}.txt").read_text(encoding="utf-8").splitlines():
             user, sep, reply = line.partition(" || ")
             if sep:

@@ -56,12 +56,14 @@ def test_the_written_sets_are_read_as_turns(tmp_path: Path) -> None:
 
     (tmp_path / "howto_dev.txt").write_text("How do I boil an egg? || Simmer it for nine minutes.\n", encoding="utf-8")
     (tmp_path / "howto_heldout.txt").write_text("not a turn, no separator\n", encoding="utf-8")
+    (tmp_path / "howto_multilingual.txt").write_text("", encoding="utf-8")
+    (tmp_path / "coding_heldout.txt").write_text("", encoding="utf-8")
     (tmp_path / "friends.txt").write_text("Ana: back from Lisbon!\n\nBo: welcome back!\nAna: unanswered\n",
                                           encoding="utf-8")
     assert written_turns(tmp_path) == [
         ("written:howto_dev", "User: How do I boil an egg?\nAssistant: Simmer it for nine minutes."),
         ("written:friends", "User: Ana: back from Lisbon!\nAssistant: Bo: welcome back!"),
     ]
-    shipped = written_turns(WRITTEN)  # the shipped files: 200 + 200 exchanges, 500 messages paired into 250 turns
-    assert [sum(s == f"written:{n}" for s, _ in shipped) for n in ("howto_dev", "howto_heldout", "friends")] == \
-        [200, 200, 250]
+    shipped = written_turns(WRITTEN)  # the shipped files: 200 + 200 + 132 + 200 exchanges, 500 messages paired into 250
+    names = ("howto_dev", "howto_heldout", "howto_multilingual", "coding_heldout", "friends")
+    assert [sum(s == f"written:{n}" for s, _ in shipped) for n in names] == [200, 200, 132, 200, 250]

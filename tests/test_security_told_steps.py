@@ -89,6 +89,8 @@ def test_the_users_words_keep_every_rule() -> None:
     "Walk me through setting up a cron job.",
     "What's the easiest way to move my photos to the new laptop?",
     "¿Cómo puedo borrar el historial del navegador?",
+    "¿Cómo configuro el correo en el móvil?",
+    "写真を全部消すにはどうしたらいいですか？",
     "Comment je fais pour changer mon mot de passe ?",
     "Wie kann ich alte Backups löschen?",
     "Come posso installare Python?",
@@ -108,6 +110,7 @@ def test_asks_how(text: str) -> None:
     "Translate this e-mail into French.",
     "What does this document say about refunds?",
     "Explain this error message.",
+    "Como siempre, gracias por la ayuda.",  # "como" (as, like) is not the interrogative "cómo"
 ])
 def test_requests_about_content_are_not_how_questions(text: str) -> None:
     assert not asks_how(text)
