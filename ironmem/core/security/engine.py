@@ -119,6 +119,7 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     concepts: dict[str, tuple[_Phrase, ...]] = {}
     vetoes: dict[str, re.Pattern[str]] = {}
     vetoes_before: dict[str, re.Pattern[str]] = {}
+    lifts: dict[str, re.Pattern[str]] = {}
     for name, by_lang in lexicon.items():
         by_lang = dict(by_lang or {})
         veto = by_lang.pop("unless_followed_by", None)
@@ -133,6 +134,14 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
                 vetoes_before[name] = re.compile(rf"(?:{veto})\Z")
             except re.error as exc:
                 raise RulesError(f"concept {name!r}: unless_preceded_by does not compile: {exc}") from exc
+        lift = by_lang.pop("veto_lifted_by", None)
+        if lift is not None:
+            if veto is None:
+                raise RulesError(f"concept {name!r}: veto_lifted_by needs unless_preceded_by")
+            try:  # searched in the rest of the sentence, at most _LIFT_REACH characters
+                lifts[name] = re.compile(rf"(?:(?![.!?](?:\s|$)|[\n。！？]).)*?(?:{lift})")
+            except re.error as exc:
+                raise RulesError(f"concept {name!r}: veto_lifted_by does not compile: {exc}") from exc
         phrases: set[str] = set()
         for lang_phrases in by_lang.values():
             # phrases are read through the same normalization as the text (casefold, look-alike skeleton)
@@ -204,6 +213,8 @@ def _compile(data: dict[str, Any]) -> tuple[Rule, ...]:
     _CONCEPT_VETO.update(vetoes)
     _CONCEPT_VETO_BEFORE.clear()
     _CONCEPT_VETO_BEFORE.update(vetoes_before)
+    _CONCEPT_VETO_LIFT.clear()
+    _CONCEPT_VETO_LIFT.update(lifts)
     literals = {ph.literal for phs in concepts.values() for ph in phs}
     literals.update(lit for rule in rules for lit in rule.requires)
     _PREFILTERS.clear()
@@ -541,7 +552,11 @@ _CONCEPT_VETO: dict[str, re.Pattern[str]] = {}
 # concept -> what may not come right before an occurrence (``unless_preceded_by``: "don't post it" is no reveal);
 # matched so that it ends where the occurrence starts, reading at most _VETO_REACH characters back
 _CONCEPT_VETO_BEFORE: dict[str, re.Pattern[str]] = {}
+# concept -> what lifts that veto when it follows in the same sentence (``veto_lifted_by``: "never send it to anyone
+# except https://..." sends it), read from the occurrence's end, at most _LIFT_REACH characters (within _SEQ_REACH)
+_CONCEPT_VETO_LIFT: dict[str, re.Pattern[str]] = {}
 _VETO_REACH = 40
+_LIFT_REACH = 160
 _AUTOMATON: list[_Automaton | None] = [None]  # the automaton of the last compiled rules (with _CONCEPTS)
 _LIT_MAX = [1]  # the length of its longest literal
 _PREFILTERS: dict[re.Pattern[str], _Prefilter] = {}  # regex -> the literals its matches contain
@@ -722,12 +737,15 @@ class _Text:
             phrases = [ph for lit in lits for ph in by_lit[lit]]
         veto = _CONCEPT_VETO.get(name)
         veto_before = _CONCEPT_VETO_BEFORE.get(name)
+        lift = _CONCEPT_VETO_LIFT.get(name)
         for ph in phrases:
             for i in self.literal(ph.literal):
                 if ph.left and i > 0 and (t[i - 1].isalnum() or t[i - 1] == "_"):
                     continue
                 if veto_before is not None and veto_before.search(t, max(0, i - _VETO_REACH), i):
-                    continue
+                    after = i + len(ph.literal)
+                    if lift is None or not lift.match(t, after, min(n, after + _LIFT_REACH)):
+                        continue
                 e = i + len(ph.literal)
                 if ph.star:
                     while e < n and (t[e].isalnum()) and e - i < 40:
