@@ -56,18 +56,22 @@ def test_no_user_id_uses_hermes_paths_exactly(home: Path) -> None:
     assert not (home / "users").exists()
 
 
-def test_memory_is_shared_by_default_and_per_user_when_asked(home: Path) -> None:
+def test_agent_notes_are_private_per_user_by_default_and_shared_when_asked(home: Path) -> None:
     with MemoryManager(home=home) as manager:
-        tool(manager.start_session(user_id="ada"), action="add", target="memory", content="Repo uses tabs")
-        assert "Repo uses tabs" in manager.start_session(user_id="bob").system_prompt_block()
-        private = manager.start_session(user_id="ada", memory_per_user=True)
-        tool(private, action="add", target="memory", content="Ada's private project note")
-        assert "Ada's private project note" not in manager.start_session(user_id="bob").system_prompt_block()
-        assert "Ada's private project note" not in manager.start_session().system_prompt_block()
-        assert "Ada's private project note" in manager.start_session(
-            user_id="ada", memory_per_user=True).system_prompt_block()
-    with MemoryManager(home=home, memory_per_user=True) as manager:
+        ada = manager.start_session(user_id="ada")
+        tool(ada, action="add", target="memory", content="Ada's private project note")
+        for other in (manager.start_session(user_id="bob"), manager.start_session()):
+            assert "Ada's private project note" not in other.system_prompt_block()
+            found = json.loads(other.handle_tool_call("session_search", {"query": "private project note"}))
+            assert "Ada's private project note" not in json.dumps(found)
         assert "Ada's private project note" in manager.start_session(user_id="ada").system_prompt_block()
+        shared = manager.start_session(user_id="ada", memory_per_user=False)
+        tool(shared, action="add", target="memory", content="Repo uses tabs")
+        assert "Repo uses tabs" in manager.start_session(user_id="bob", memory_per_user=False).system_prompt_block()
+    assert (home / "MEMORY.md").read_text(encoding="utf-8") == "Repo uses tabs"
+    with MemoryManager(home=home, memory_per_user=False) as manager:
+        assert "Repo uses tabs" in manager.start_session(user_id="bob").system_prompt_block()
+        assert "Ada's private project note" not in manager.start_session(user_id="bob").system_prompt_block()
 
 
 @pytest.mark.parametrize("user_id", ["../../etc", "/abs/path", "..", "a/../../b", "C:\\evil", "x\x00y", "Ada", "ada"])

@@ -103,7 +103,7 @@ def test_raising_provider_is_contained_everywhere(tmp_path: Path) -> None:
         assert status["state"] == "degraded" and "mem backend refused the connection" in status["reason"]
         assert {"prefetch", "sync_turn", "tool:raising_search"} <= set(status["failing_hooks"])
         # A new session still starts and the written memory is in its snapshot.
-        assert "Ada's editor is Helix" in manager.start_session("s2").system_prompt_block()
+        assert "Ada's editor is Helix" in manager.start_session("s2", user_id="ada").system_prompt_block()
 
 
 # -- injecting ----------------------------------------------------------------------------------------

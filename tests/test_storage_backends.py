@@ -137,8 +137,9 @@ def test_frozen_snapshot_and_live_delta(make_manager: Callable[..., MemoryManage
 
 def test_a_users_profile_never_reaches_another_user(make_manager: Callable[..., MemoryManager]) -> None:
     """USER.md is per user id on both backends: not in another user's snapshot, search, recall or status;
-    MEMORY.md stays shared (memory_per_user off), and a batch over both lands all-or-nothing."""
-    m = make_manager()
+    MEMORY.md is shared when the application opts in (memory_per_user=False), and a batch over both lands
+    all-or-nothing."""
+    m = make_manager(memory_per_user=False)
     ada, bob, anon = m.start_session("a", user_id="ada"), m.start_session("b", user_id="bob"), m.start_session("n")
     assert call(ada, "memory", action="add", target="user", content="Ada's allergy: penicillin")["success"]
     assert call(bob, "memory", action="add", target="user", content="Bob prefers vim")["success"]
@@ -166,7 +167,7 @@ def test_a_users_profile_never_reaches_another_user(make_manager: Callable[..., 
         assert bad_remove["success"] is False
     assert "penicillin" in json.dumps(call(ada, "session_search", query="penicillin")["results"])
     assert "heron-3" in json.dumps(call(bob, "session_search", query="heron")["results"])
-    later = make_manager()  # another process / machine on the same storage
+    later = make_manager(memory_per_user=False)  # another process / machine on the same storage
     block = later.start_session("b2", user_id="bob").system_prompt_block()
     assert "Bob prefers vim" in block and "heron-3" in block and "penicillin" not in block
     assert "penicillin" in later.start_session("a2", user_id="ada").system_prompt_block()

@@ -8,7 +8,7 @@ A config file has one ``memory`` section and, optionally, one section for the ex
       user_profile_enabled: true
       memory_char_limit: 2200
       user_char_limit: 1375
-      memory_per_user: false    # true: each user id also gets its own MEMORY.md (USER.md always is per user)
+      memory_per_user: true     # false: agent notes (MEMORY.md) shared by all user ids (USER.md always is per user)
       prefetch_timeout: 3.0
       strict: false
       tool_budget: 600          # tokens the external provider's tool schemas may cost (see ironmem.core.budget)
@@ -125,7 +125,9 @@ class MemorySettings(BaseModel):
     user_profile_enabled: bool = Field(True, description="Hermes key: USER.md in the snapshot and writable")
     nudge_interval: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
     flush_min_turns: int | None = Field(None, description="Hermes key, accepted for compatibility; no effect here")
-    memory_per_user: bool = Field(False, description="Give each user id its own MEMORY.md too (USER.md always is)")
+    memory_per_user: bool = Field(
+        True, description="Give each user id its own MEMORY.md too (USER.md always is); false shares agent notes"
+    )
     tool_budget: int = Field(
         DEFAULT_TOOL_BUDGET, ge=0,
         description="Tokens the external provider's exposed tool schemas may cost (o200k_base, OpenAI format)",

@@ -1,4 +1,5 @@
-"""Failure isolation for the external provider: per-hook timeouts, health, and the ordered background worker."""
+"""Failure isolation for the external provider: per-hook timeouts, health, the ordered background worker, and
+:class:`GuardedProvider`, the one way the rest of ironmem calls into the external provider."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .provider import MemoryProvider
+from .security import redact_secrets
 
-__all__ = ["ProviderHealth", "Guard", "Background"]
+__all__ = ["ProviderHealth", "Guard", "Background", "GuardedProvider", "redact_content"]
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +144,84 @@ class Background:
     def stop(self, timeout: float) -> None:
         self.drain(timeout)
         self._queue.put(None)
+
+
+# --------------------------------------------------------------------------------------------------
+# The one guarded call
+# --------------------------------------------------------------------------------------------------
+def redact_content(value: Any) -> Any:
+    """``value`` with secrets masked in every string it holds (strings, and lists / dicts of them)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        return {k: redact_content(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_content(v) for v in value]
+    return value
+
+
+class GuardedProvider:
+    """The external provider behind one guard: every call into it from the manager and its sessions goes through
+    :meth:`call` (now, bounded) or :meth:`submit` (in the background, in order).
+
+    Each call is bounded by a timeout (``fast_timeout`` for what a turn waits on, ``timeout`` otherwise), its
+    exception or hang is caught and recorded in :attr:`health`, and what it sends is redacted: positional
+    arguments are content (secrets masked, see :func:`redact_content`); keyword arguments are identifiers and
+    flags, passed as they are. A hook the provider does not define returns ``default``.
+
+    Example:
+        >>> from ironmem.testing.faulty import RaisingProvider
+        >>> guarded = GuardedProvider(RaisingProvider(), timeout=1.0, fast_timeout=1.0)
+        >>> guarded.call("prefetch", "hello", session_id="s1", default="", fast=True)
+        ''
+        >>> guarded.health.state
+        'degraded'
+        >>> guarded.close(1.0)
+    """
+
+    def __init__(
+        self,
+        provider: MemoryProvider,
+        *,
+        timeout: float,
+        fast_timeout: float,
+        health: ProviderHealth | None = None,
+    ) -> None:
+        self.provider = provider
+        self.health = health or ProviderHealth(provider.name, "external")
+        self.timeout = timeout
+        self.fast_timeout = fast_timeout
+        self._guard = Guard(provider, self.health)
+        self._background = Background()
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    def call(
+        self, hook: str, *args: Any, default: Any = None, fast: bool = False, label: str = "", **kwargs: Any
+    ) -> Any:
+        """``provider.<hook>(*args, **kwargs)`` with content redacted; ``default`` on a raise, hang or missing hook.
+
+        ``label`` names the call in :attr:`health` (default: the hook; a tool call is labelled ``tool:<name>``).
+        """
+        fn = getattr(self.provider, hook, None)
+        if not callable(fn):
+            return default
+        content = [redact_content(a) for a in args]
+        return self._guard.call(
+            label or hook, lambda: fn(*content, **kwargs), default, timeout=self.fast_timeout if fast else self.timeout
+        )
+
+    def submit(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """Queue :meth:`call` on the background worker: calls run one at a time, in the order submitted."""
+        self._background.submit(lambda: self.call(hook, *args, **kwargs))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait for the calls queued so far. False if ``timeout`` passed first."""
+        return self._background.drain(timeout)
+
+    def close(self, timeout: float) -> None:
+        """Drain the queue, stop the worker, and shut the provider down."""
+        self._background.stop(timeout)
+        self.call("shutdown")

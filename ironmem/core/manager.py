@@ -28,10 +28,10 @@ from .errors import (
 )
 from .fence import sanitize
 from .home import default_home
-from .isolation import Background, Guard, ProviderHealth
+from .isolation import GuardedProvider, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
 from .recall import RecallBudget
-from .security import redact_secrets, scan
+from .security import scan
 from .session import Session
 from .snapshot import Snapshot, render_cap, render_snapshot
 
@@ -78,7 +78,7 @@ class MemoryManager:
         sync_drain_timeout: float = 30.0,
         memory_enabled: bool = True,
         user_profile_enabled: bool = True,
-        memory_per_user: bool = False,
+        memory_per_user: bool = True,
         tool_budget: int = DEFAULT_TOOL_BUDGET,
         recall_budget: RecallBudget | int | None = None,
         embeddings: Any = None,
@@ -100,7 +100,8 @@ class MemoryManager:
         self.prefetch_timeout = float(prefetch_timeout)
         self.tool_timeout = float(tool_timeout)
         self.sync_drain_timeout = float(sync_drain_timeout)
-        #: When True, a session with a user id also gets its own MEMORY.md (USER.md is always per user).
+        #: With a user id, the session gets its own MEMORY.md too (USER.md is always per user). False opts in to
+        #: agent notes shared by every user (one MEMORY.md in the home); the memory tool's description says which.
         self.memory_per_user = bool(memory_per_user)
         #: Items (and so fence tokens) a prefetch may recall: one setting, see :class:`RecallBudget`.
         self.recall_budget = RecallBudget.of(recall_budget)
@@ -122,13 +123,20 @@ class MemoryManager:
                 log.warning("hybrid recall needs the files + SQLite storage; this storage recalls lexically")
             else:
                 enable(embeddings)
-        self.external: MemoryProvider | None = None
-        self._health: dict[str, ProviderHealth] = {"builtin": ProviderHealth("builtin", "builtin")}
-        self._guard: Guard | None = None
+        #: The external provider behind its guard (None without one): the only way calls reach it.
+        self.guarded: GuardedProvider | None = None
+        #: The built-in layer's health (a failed index write degrades it; ``status()`` reports it).
+        self.builtin_health = ProviderHealth("builtin", "builtin")
         self._tools: dict[str, tuple[MemoryProvider, ToolSchema]] = {}
-        self._background = Background()
         self._closed = False
         self._rebuild_tools()
+        if external is not None and not isinstance(external, MemoryProvider):
+            self.close()
+            hint = (f" To choose a provider by name, put `provider: {external}` in a config.yaml and use "
+                    "MemoryManager.from_config(path)" if isinstance(external, str) else "")
+            raise ArgumentTypeError(
+                f"external takes a MemoryProvider instance, got {type(external).__name__} {external!r}.{hint}"
+            )
         if external is not None and not self.add_provider(external):
             # Asked for by name: running on the built-in layer alone would hide the problem.
             reason = getattr(external, "unavailable_reason", "") or "see the warning logged by add_provider()"
@@ -145,6 +153,11 @@ class MemoryManager:
         return manager_from_config(path)
 
     # -- rule 1 ---------------------------------------------------------------------------------
+    @property
+    def external(self) -> MemoryProvider | None:
+        """The external provider, if one joined (rule 1: at most one)."""
+        return self.guarded.provider if self.guarded is not None else None
+
     @property
     def providers(self) -> list[MemoryProvider]:
         """The built-in provider, then the external one if any."""
@@ -205,12 +218,9 @@ class MemoryManager:
                 raise ProviderConflictError(message)
             log.warning(message)
             return False
-        schemas = exposed
-        self.external = provider
+        self.guarded = GuardedProvider(provider, timeout=self.tool_timeout, fast_timeout=self.prefetch_timeout)
         self.tool_budget_report = budget
-        self._health[name] = ProviderHealth(name, "external")
-        self._guard = Guard(provider, self._health[name])
-        self._rebuild_tools(schemas)
+        self._rebuild_tools(exposed)
         return True
 
     def remove_provider(self, provider: str | MemoryProvider) -> bool:
@@ -223,13 +233,10 @@ class MemoryManager:
             )
         if self.external is None or self.external.name != name:
             return False
-        old, guard = self.external, self._guard
-        self._background.drain(self.sync_drain_timeout)
-        if guard is not None:
-            guard.call("shutdown", old.shutdown, None, timeout=self.tool_timeout)
-        self.external, self._guard = None, None
+        assert self.guarded is not None
+        self.guarded.close(self.sync_drain_timeout)
+        self.guarded = None
         self.tool_budget_report = None
-        self._health.pop(name, None)
         self._rebuild_tools()
         return True
 
@@ -253,6 +260,11 @@ class MemoryManager:
         """Every tool the model gets: the built-in ones, then the external provider's."""
         return [schema for _, schema in self._tools.values()]
 
+    def tool_owner(self, name: str) -> MemoryProvider | None:
+        """The provider that answers tool ``name`` (the first to offer it), or None for an unknown tool."""
+        owner = self._tools.get(name)
+        return owner[0] if owner is not None else None
+
     # -- sessions -------------------------------------------------------------------------------
     def start_session(
         self,
@@ -264,10 +276,10 @@ class MemoryManager:
     ) -> Session:
         """Start a conversation: renders and freezes its snapshot.
 
-        With a ``user_id`` the session reads and writes that user's own ``USER.md`` (``users/<folder>/USER.md``),
-        never another user's; ``MEMORY.md`` stays shared unless ``memory_per_user`` (default: the manager's
-        setting) gives the user a ``MEMORY.md`` of their own too. Without a user id the session uses Hermes's
-        files in the home, exactly as Hermes does. See ``docs/storage.md``.
+        With a ``user_id`` the session reads and writes that user's own ``USER.md`` and ``MEMORY.md``
+        (``users/<folder>/``), never another user's; ``memory_per_user=False`` (default: the manager's setting)
+        opts in to agent notes shared by all users (the home's ``MEMORY.md``). Without a user id the session uses
+        Hermes's files in the home, exactly as Hermes does. See ``docs/storage.md``.
 
         To resume a conversation in another process (a thread restored from a checkpoint), pass the
         ``snapshot`` it was started with (``session.snapshot.to_dict()``): the session then keeps those exact
@@ -275,10 +287,21 @@ class MemoryManager:
         """
         if self._closed:
             raise ClosedError("this MemoryManager is closed; create a new one")
+        for label, value in (("session_id", session_id), ("user_id", user_id)):
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise ArgumentTypeError(f"{label} must be a string (or None), got {type(value).__name__} {value!r}")
+            if not value.strip():
+                raise InvalidArgumentError(
+                    f"{label} is empty; pass a non-empty string, or None "
+                    + ("for a fresh random id" if label == "session_id" else "for a session without a user")
+                )
         if isinstance(snapshot, dict):
             snapshot = Snapshot.from_dict(snapshot)
         per_user = self.memory_per_user if memory_per_user is None else bool(memory_per_user)
-        return Session(self, session_id or uuid.uuid4().hex, user_id, snapshot=snapshot, memory_per_user=per_user)
+        scopes = self.builtin.scopes_for(user_id, memory_per_user=per_user)
+        return Session(self, session_id or uuid.uuid4().hex, user_id, scopes=scopes, snapshot=snapshot)
 
     def scopes_for(self, user_id: str | None = None, *, memory_per_user: bool | None = None) -> dict[str, str]:
         """The scope of each target for ``user_id`` (``{"memory": "", "user": "ada"}``); see ``docs/storage.md``."""
@@ -292,27 +315,20 @@ class MemoryManager:
         scopes = scopes or self.scopes_for(user_id, memory_per_user=memory_per_user)
         states = {target: self.builtin.state(target, scopes[target]) for target in ("memory", "user")}
         blocks: list[str] = []
-        if self.external is not None and self._guard is not None:
-            block = self._guard.call("system_prompt_block", self.external.system_prompt_block, "",
-                                     timeout=self.prefetch_timeout)
+        if self.guarded is not None:
+            block = self.guarded.call("system_prompt_block", default="", fast=True)
             block = block if isinstance(block, str) else ""
             verdict = scan(block)
             if verdict.blocked:
-                log.warning("system prompt block of %r dropped: %s", self.external.name, verdict.reason)
+                log.warning("system prompt block of %r dropped: %s", self.guarded.name, verdict.reason)
             elif block.strip():
                 blocks.append(sanitize(block))
         return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled)
 
     # -- writes from the built-in layer, mirrored out -------------------------------------------
     def _mirror_write(self, action: str, target: str, content: str) -> None:
-        external, guard = self.external, self._guard
-        if external is None or guard is None:
-            return
-        clean = redact_secrets(content)
-        self._background.submit(
-            lambda: guard.call("on_memory_write", lambda: external.on_memory_write(action, target, clean), None,
-                               timeout=self.tool_timeout)
-        )
+        if self.guarded is not None:
+            self.guarded.submit("on_memory_write", action, target, content)
 
     # -- status ---------------------------------------------------------------------------------
     def _recall_status(self) -> dict[str, Any]:
@@ -429,7 +445,7 @@ class MemoryManager:
             files[target] = info
         providers = []
         for provider in self.providers:
-            entry = self._health[provider.name].to_dict()
+            entry = self.health(provider.name).to_dict()
             entry["tools"] = [s.name for s in self.tool_schemas() if s.provider == provider.name]
             describe = getattr(provider, "status_info", None)  # optional: {"config": ..., "service": ...}
             if callable(describe):
@@ -466,34 +482,37 @@ class MemoryManager:
         return {"limit": self.tool_budget, "used": 0, "fits": True, "tools": {}}
 
     def health(self, name: str) -> ProviderHealth:
-        return self._health[name]
+        """The health of provider ``name`` (``"builtin"`` or the external provider's name)."""
+        if name == "builtin":
+            return self.builtin_health
+        if self.guarded is not None and self.guarded.name == name:
+            return self.guarded.health
+        raise KeyError(f"no provider named {name!r} in this manager")
 
     def check_external(self) -> ProviderHealth | None:
         """Let the external provider contact its backend now (its optional ``probe()``) and record the outcome.
 
         Returns the provider's health (None without an external provider). Used by ``ironmem status``.
         """
-        external, guard = self.external, self._guard
-        if external is None or guard is None:
+        if self.guarded is None:
             return None
-        probe = getattr(external, "probe", None)
-        if callable(probe):
-            guard.call("probe", probe, None, timeout=self.tool_timeout)
-        return self._health[external.name]
+        self.guarded.call("probe")
+        return self.guarded.health
 
     # -- lifecycle ------------------------------------------------------------------------------
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for queued background work (syncs to the external provider)."""
-        return self._background.drain(self.sync_drain_timeout if timeout is None else timeout)
+        if self.guarded is None:
+            return True
+        return self.guarded.drain(self.sync_drain_timeout if timeout is None else timeout)
 
     def close(self) -> None:
         """Drain background work, shut the external provider down, close the index."""
         if self._closed:
             return
         self._closed = True
-        self._background.stop(self.sync_drain_timeout)
-        if self.external is not None and self._guard is not None:
-            self._guard.call("shutdown", self.external.shutdown, None, timeout=self.tool_timeout)
+        if self.guarded is not None:
+            self.guarded.close(self.sync_drain_timeout)
         self.builtin.shutdown()
 
     def __enter__(self) -> MemoryManager:

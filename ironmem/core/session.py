@@ -13,9 +13,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .errors import ArgumentTypeError
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
-from .security import ScanResult, asks_how, redact_secrets, scan
+from .security import ScanResult, asks_how, scan
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -26,8 +27,12 @@ __all__ = ["Session"]
 
 log = logging.getLogger(__name__)
 
-#: Failed ``memory`` calls in one turn before the breaker tells the model to stop retrying (Hermes: 3).
+#: Failed consolidations (``memory`` calls refused for the limit or an ``old_text`` that matches no single entry: the
+#: result lists the current entries) in one turn before the breaker tells the model to stop retrying (Hermes: 3).
 MAX_MEMORY_FAILURES_PER_TURN = 3
+
+#: What a guarded call returns when the external provider raised or hung.
+_FAILED = object()
 
 #: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once, in the
 #: scanner's recall-time mode (recalled past turns are ordinary conversation, where a false positive silently
@@ -55,13 +60,13 @@ def json_error(message: str, **extra: Any) -> str:
     return json.dumps({"success": False, "error": message, **extra}, ensure_ascii=False)
 
 
-def redact_args(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact_secrets(value)
-    if isinstance(value, dict):
-        return {k: redact_args(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_args(v) for v in value]
+def _require_text(label: str, value: object, *, none_ok: bool = False) -> str:
+    """``value`` when it is a string (``""`` for an allowed None); else a clear error for the application."""
+    if value is None and none_ok:
+        return ""
+    if not isinstance(value, str):
+        allowed = "a string or None" if none_ok else "a string"
+        raise ArgumentTypeError(f"{label} must be {allowed}, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -184,14 +189,17 @@ class Session:
         session_id: str,
         user_id: str | None,
         *,
+        scopes: dict[str, str],
         snapshot: Snapshot | None = None,
-        memory_per_user: bool = False,
     ) -> None:
+        # What a session uses of its manager: ``builtin``, ``guarded`` (the external provider behind its guard),
+        # ``builtin_health``, ``tool_owner()``, ``tool_schemas()``, ``render_snapshot()``, ``recall_budget``,
+        # ``drain()``, ``home``. Start sessions with ``MemoryManager.start_session``.
         self.manager = manager
         self.id = session_id
         self.user_id = user_id or None
-        #: The scope of each target (``{"memory": "", "user": "ada"}``): whose files this session reads and writes.
-        self.scopes: dict[str, str] = manager.builtin.scopes_for(user_id, memory_per_user=memory_per_user)
+        #: The scope of each target (``{"memory": "ada", "user": "ada"}``): whose files this session reads and writes.
+        self.scopes: dict[str, str] = scopes
         self._lock = threading.Lock()
         self.prefetch_count = 0
         self.turns_synced = 0
@@ -200,14 +208,9 @@ class Session:
         self._ended = False
         self._memory_failures = 0
         manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home), scopes=self.scopes)
-        if manager.external is not None and manager._guard is not None:
-            external = manager.external
-            manager._guard.call(
-                "initialize",
-                lambda: external.initialize(session_id, user_id=user_id, home=str(manager.home)),
-                None,
-                timeout=manager.prefetch_timeout,
-            )
+        if manager.guarded is not None:
+            manager.guarded.call("initialize", session_id=session_id, user_id=user_id, home=str(manager.home),
+                                 fast=True)
         self._snapshot = snapshot if snapshot is not None else manager.render_snapshot(scopes=self.scopes)
         # Entries already shown (in the snapshot or in an earlier recall), per target.
         self._surfaced: dict[str, set[str]] = {t: set(e) for t, e in self._snapshot.entries.items()}
@@ -233,25 +236,21 @@ class Session:
     def prefetch(self, user_message: str) -> Recall:
         """Recall what is relevant to ``user_message``: entries written since the snapshot (the live delta),
         then the best of the external provider's recall and of the matching past turns (interleaved), all
-        de-duplicated and scanned, filling the manager's :class:`RecallBudget`. Never raises, never hangs
-        longer than the manager's ``prefetch_timeout``."""
+        de-duplicated and scanned, filling the manager's :class:`RecallBudget`. Never hangs longer than the
+        manager's ``prefetch_timeout``, and a failing provider or index only shortens the recall; a
+        ``user_message`` that is not a string raises :class:`~ironmem.core.errors.ArgumentTypeError`."""
         manager = self.manager
-        budget = RecallBudget.of(getattr(manager, "recall_budget", None))
-        user_message = well_formed(user_message) if isinstance(user_message, str) else user_message
+        budget = manager.recall_budget
+        user_message = well_formed(_require_text("prefetch(user_message)", user_message))
         self.begin_turn(user_message)
         with self._lock:
             self.prefetch_count += 1
             live = self._live_delta()
         external_items: list[RecallItem] = []
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None and budget.items:
-            query = redact_secrets(user_message)
-            nothing: Any = ""
-            found = guard.call(
-                "prefetch", lambda: external.prefetch(query, session_id=self.id), nothing,
-                timeout=manager.prefetch_timeout,
-            )
-            external_items = [RecallItem(external.name, clip(text)) for text in as_items(found)]
+        guarded = manager.guarded
+        if guarded is not None and budget.items:
+            found = guarded.call("prefetch", user_message, session_id=self.id, default="", fast=True)
+            external_items = [RecallItem(guarded.name, clip(text)) for text in as_items(found)]
         history: list[RecallItem] = []
         if budget.items:
             try:
@@ -321,31 +320,27 @@ class Session:
             args = {}
         if not isinstance(args, dict):
             return json_error(f"arguments for {name!r} must be a JSON object, got {type(args).__name__}")
-        owner = self.manager._tools.get(name)
-        if owner is None and name == "memory" and not any(self.manager.builtin.enabled.values()):
+        manager = self.manager
+        provider = manager.tool_owner(name)
+        if provider is None and name == "memory" and not any(manager.builtin.enabled.values()):
             return json_error("Memory is not available: it is disabled in this configuration "
                               "(memory.memory_enabled and memory.user_profile_enabled are false)")
-        if owner is None:
-            available = ", ".join(self.manager._tools)
+        if provider is None:
+            available = ", ".join(s.name for s in manager.tool_schemas())
             return json_error(f"unknown tool {name!r}; available memory tools: {available}")
-        provider = owner[0]
-        if provider is self.manager.builtin:
+        if provider is manager.builtin:
             answer: str
             try:
-                answer = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
+                answer = manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
                 answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
             return self._count_memory_failure(name, answer)
-        guard = self.manager._guard
-        assert guard is not None
-        clean = redact_args(args)
-        sentinel = object()
-        result: Any = guard.call(
-            f"tool:{name}", lambda: provider.handle_tool_call(name, clean), sentinel, timeout=self.manager.tool_timeout
-        )
-        if result is sentinel:
-            return json_error(f"memory provider {provider.name!r} failed on {name!r}: {guard.health.reason}")
+        guarded = manager.guarded
+        assert guarded is not None and guarded.provider is provider
+        result: Any = guarded.call("handle_tool_call", name, args, default=_FAILED, label=f"tool:{name}")
+        if result is _FAILED:
+            return json_error(f"memory provider {provider.name!r} failed on {name!r}: {guarded.health.reason}")
         if not isinstance(result, str):
             try:
                 result = json.dumps(result, ensure_ascii=False)
@@ -357,17 +352,24 @@ class Session:
         return await asyncio.to_thread(self.handle_tool_call, name, args)
 
     def _count_memory_failure(self, name: str, result: str) -> str:
-        """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed ``memory`` calls in one turn, the next
-        failure tells the model to stop retrying and answer the user. A success or a new turn resets it."""
+        """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed consolidations in one turn, the next
+        one tells the model to stop retrying and answer the user. A failed consolidation is a ``memory`` call that
+        failed and listed the current entries for the model to consolidate from (over the limit, or an
+        ``old_text`` that matched no single entry); any other refusal (the security scan, a malformed call) keeps
+        its own reason. A success or a new turn resets the count."""
         if name != "memory":
             return result
         try:
-            success = bool(json.loads(result).get("success"))
-        except (ValueError, AttributeError):
-            success = False
+            answer = json.loads(result)
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
         with self._lock:
-            if success:
+            if answer.get("success"):
                 self._memory_failures = 0
+                return result
+            if "current_entries" not in answer:
                 return result
             self._memory_failures += 1
             failures = self._memory_failures
@@ -390,14 +392,8 @@ class Session:
             self.turn_number += 1
             self._memory_failures = 0
             turn = self.turn_number
-        manager = self.manager
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
-            message = redact_secrets(user_message or "")
-            manager._background.submit(
-                lambda: guard.call("on_turn_start", lambda: external.on_turn_start(turn, message),
-                                   None, timeout=manager.tool_timeout)
-            )
+        if self.manager.guarded is not None:
+            self.manager.guarded.submit("on_turn_start", turn, user_message or "")
         return turn
 
     def pre_compress(self, messages: list[dict[str, Any]]) -> str:
@@ -406,37 +402,24 @@ class Session:
         the external provider its ``on_pre_compress`` chance to extract from them first (secrets
         masked, bounded by ``tool_timeout``). Returns the provider's text for the summary prompt ("" if none).
         """
-        manager = self.manager
         if messages:
             with self._lock:  # the fences those messages carried may be gone: recalled items may show again
                 self._fenced.clear()
-        external, guard = manager.external, manager._guard
-        if external is None or guard is None or not messages:
+        guarded = self.manager.guarded
+        if guarded is None or not messages:
             return ""
-        clean = [redact_args(dict(m)) for m in messages if isinstance(m, dict)]
-        text = guard.call("on_pre_compress", lambda: external.on_pre_compress(clean), "",
-                          timeout=manager.tool_timeout)
+        text = guarded.call("on_pre_compress", [dict(m) for m in messages if isinstance(m, dict)], default="")
         if not isinstance(text, str) or not text.strip():
             return ""
         if _scan_recalled(text).blocked:
-            log.warning("on_pre_compress text of %r dropped by the security scan", external.name)
+            log.warning("on_pre_compress text of %r dropped by the security scan", guarded.name)
             return ""
         return text
 
     def delegation(self, task: str, result: str, *, child_session_id: str = "") -> None:
         """A subagent finished ``task`` with ``result``: the external provider observes it (in the background)."""
-        manager = self.manager
-        external, guard = manager.external, manager._guard
-        if external is None or guard is None:
-            return
-        clean_task, clean_result = redact_secrets(task or ""), redact_secrets(result or "")
-        manager._background.submit(
-            lambda: guard.call(
-                "on_delegation",
-                lambda: external.on_delegation(clean_task, clean_result, child_session_id=child_session_id),
-                None, timeout=manager.tool_timeout,
-            )
-        )
+        if self.manager.guarded is not None:
+            self.manager.guarded.submit("on_delegation", task or "", result or "", child_session_id=child_session_id)
 
     def switch(self, new_session_id: str, *, reset: bool = False, rewound: bool = False) -> None:
         """The conversation continues under ``new_session_id`` (a branch, a resume, a reset): the snapshot stays
@@ -445,56 +428,36 @@ class Session:
             raise ValueError("new_session_id must be a non-empty string")
         old = self.id
         self.id = new_session_id
-        manager = self.manager
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
-            guard.call(
-                "on_session_switch",
-                lambda: external.on_session_switch(new_session_id, parent_session_id=old, reset=reset,
-                                                   rewound=rewound),
-                None, timeout=manager.tool_timeout,
-            )
+        if self.manager.guarded is not None:
+            self.manager.guarded.call("on_session_switch", new_session_id=new_session_id, parent_session_id=old,
+                                      reset=reset, rewound=rewound)
 
     def sync_turn(self, user: str, assistant: str, *, ts: float | None = None) -> None:
         """Record a finished exchange: indexed locally now, sent to the external provider in the background.
 
         ``ts`` (seconds since the epoch, default now) is when the exchange happened; recall shows its date.
         """
-        if not (user or "").strip() and not (assistant or "").strip():
+        user = _require_text("sync_turn(user)", user, none_ok=True)
+        assistant = _require_text("sync_turn(assistant)", assistant, none_ok=True)
+        if not user.strip() and not assistant.strip():
             return
         # a lone surrogate (half a character, cut from a JSON escape) cannot be stored as UTF-8: it is kept as
         # U+FFFD rather than losing the whole turn
-        user, assistant = well_formed(user or ""), well_formed(assistant or "")
+        user, assistant = well_formed(user), well_formed(assistant)
         manager = self.manager
         try:
             manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
-            manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")
+            manager.builtin_health.fail("sync_turn", f"sync_turn could not index the turn: {exc}")
         else:
-            manager._health["builtin"].ok("sync_turn")
+            manager.builtin_health.ok("sync_turn")
             self.turns_synced += 1
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
-            clean_user, clean_assistant = redact_secrets(user or ""), redact_secrets(assistant or "")
-            session_id = self.id
-            manager._background.submit(
-                lambda: guard.call(
-                    "sync_turn",
-                    lambda: external.sync_turn(clean_user, clean_assistant, session_id=session_id),
-                    None,
-                    timeout=manager.tool_timeout,
-                )
-            )
-            if clean_user.strip():
-                manager._background.submit(
-                    lambda: guard.call(
-                        "queue_prefetch",
-                        lambda: external.queue_prefetch(clean_user, session_id=session_id),
-                        None,
-                        timeout=manager.tool_timeout,
-                    )
-                )
+        guarded = manager.guarded
+        if guarded is not None:
+            guarded.submit("sync_turn", user, assistant, session_id=self.id)
+            if user.strip():
+                guarded.submit("queue_prefetch", user, session_id=self.id)
 
     async def async_turn(self, user: str, assistant: str, *, ts: float | None = None) -> None:
         await asyncio.to_thread(functools.partial(self.sync_turn, user, assistant, ts=ts))
@@ -505,11 +468,10 @@ class Session:
             return
         self._ended = True
         manager = self.manager
-        if not manager._background.drain(manager.sync_drain_timeout):
+        if not manager.drain():
             log.warning("session %s ended before its background syncs finished", self.id)
-        external, guard = manager.external, manager._guard
-        if external is not None and guard is not None:
-            guard.call("on_session_end", lambda: external.on_session_end(self.id), None, timeout=manager.tool_timeout)
+        if manager.guarded is not None:
+            manager.guarded.call("on_session_end", session_id=self.id)
 
     def __enter__(self) -> Session:
         return self

@@ -167,9 +167,10 @@ class BuiltinMemoryProvider(MemoryProvider):
             found.limit = self.limits[target]
             return found
 
-    def scopes_for(self, user_id: str | None, *, memory_per_user: bool = False) -> dict[str, str]:
-        """Which scope each target uses for ``user_id``: USER.md is always the user's own; MEMORY.md is shared
-        (the default scope) unless ``memory_per_user``. Without a user id both are the default scope."""
+    def scopes_for(self, user_id: str | None, *, memory_per_user: bool = True) -> dict[str, str]:
+        """Which scope each target uses for ``user_id``: USER.md is always the user's own; MEMORY.md too unless
+        ``memory_per_user=False`` (agent notes shared: the default scope). Without a user id both are the default
+        scope."""
         scope = normalize_scope(user_id)
         return {"memory": scope if memory_per_user else DEFAULT_SCOPE, "user": scope}
 
