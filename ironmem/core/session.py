@@ -27,8 +27,9 @@ __all__ = ["Session"]
 
 log = logging.getLogger(__name__)
 
-#: Failed consolidations (``memory`` calls refused for the limit or an ``old_text`` that matches no single entry: the
-#: result lists the current entries) in one turn before the breaker tells the model to stop retrying (Hermes: 3).
+#: Failed ``memory`` calls in one turn before the breaker tells the model to stop retrying (Hermes: 3). A write
+#: refused by policy (the result names who refused it, ``refused_by``) does not count: it is not a failed
+#: consolidation, and the model needs its reason.
 MAX_MEMORY_FAILURES_PER_TURN = 3
 
 #: What a guarded call returns when the external provider raised or hung.
@@ -352,11 +353,10 @@ class Session:
         return await asyncio.to_thread(self.handle_tool_call, name, args)
 
     def _count_memory_failure(self, name: str, result: str) -> str:
-        """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed consolidations in one turn, the next
-        one tells the model to stop retrying and answer the user. A failed consolidation is a ``memory`` call that
-        failed and listed the current entries for the model to consolidate from (over the limit, or an
-        ``old_text`` that matched no single entry); any other refusal (the security scan, a malformed call) keeps
-        its own reason. A success or a new turn resets the count."""
+        """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed ``memory`` calls in one turn, the next
+        failure tells the model to stop retrying and answer the user. Writes refused by policy (``refused_by`` in
+        the result, e.g. the security scan) are not failed consolidations and keep their own reason, as in Hermes.
+        A success or a new turn resets the count."""
         if name != "memory":
             return result
         try:
@@ -369,7 +369,7 @@ class Session:
             if answer.get("success"):
                 self._memory_failures = 0
                 return result
-            if "current_entries" not in answer:
+            if answer.get("refused_by"):  # refused by policy, not a failed consolidation: keeps its reason
                 return result
             self._memory_failures += 1
             failures = self._memory_failures

@@ -313,7 +313,8 @@ class BuiltinMemoryProvider(MemoryProvider):
                     raise OperationError(
                         f"Blocked: refused by the security scan ({verdict.reason}): {verdict.describe()}. Memory is "
                         "shown to the model in every future session, so it must not contain instructions, hidden "
-                        "text, secrets or links that send data out. Rephrase it as a plain fact; nothing was written"
+                        "text, secrets or links that send data out. Rephrase it as a plain fact; nothing was written",
+                        refused_by="security scan",
                     )
         if self._db is not None:
             return self._apply_db(self._db, operations, scopes, targets, batch=batch)
