@@ -86,3 +86,33 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", block.code], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=240, check=False)
     assert result.returncode == 0, f"{block.id} failed:\n{block.code}\n{result.stderr[-3000:]}"
+
+
+def _doc_figures():
+    spec = importlib.util.spec_from_file_location("ironmem_doc_figures", REPO / "tools" / "doc_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_token_figures_the_docs_quote_are_current() -> None:
+    """docs/cache-economics.md quotes what `ironmem tokens` prints; a changed tool schema must update it."""
+    from ironmem.core.errors import EncodingUnavailableError
+
+    figures = _doc_figures()
+    assert figures.pages(), "no page has a <!-- figures: ... --> region"
+    try:
+        report = figures._report()
+    except EncodingUnavailableError as exc:
+        pytest.skip(f"the docs quote exact o200k_base figures; set TIKTOKEN_CACHE_DIR to check them: {exc}")
+    missing = [m for m in ("hindsight_client", "sqlite_vec", "mem0") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"the what-if figures add every registered provider; {', '.join(missing)} not installed")
+    assert figures.stale(report) == [], "run: python tools/doc_figures.py"
+    # and the check notices a stale figure
+    page = figures.pages()[0]
+    text = page.read_text(encoding="utf-8")
+    body = figures.REGION.search(text)
+    doctored = text.replace(body["body"], body["body"].replace("| 43 |", "| 41 |").replace("1", "2", 1))
+    assert figures.render(doctored, report) == text
