@@ -305,3 +305,82 @@ def test_report_per_provider_and_what_if_from_the_active_external(tmp_path, coun
         # row 1 is exactly the session as it is
         assert report.what_if[1].openai == report.tools_openai
         assert report.what_if[3].tools == report.what_if[0].tools + 3 * 2
+
+
+# -- concurrent first use ---------------------------------------------------------------------------
+_FIRST_USE = """
+import asyncio, json, sys, threading
+from ironmem.analysis import PRICES, OpenAIPolicy, PrefixCacheSimulator, TokenCounter
+from ironmem.core.budget import measure_tools
+from ironmem.core.provider import ToolSchema
+from ironmem.core.token_estimate import estimate_tokens
+
+TEXT = "The user prefers metric units; 爬山 on weekends. " * 20
+TOOLS = [ToolSchema("kit_search", "Search the notes for a fact."), ToolSchema("kit_add", "Add a note.")]
+
+def work(i):
+    counter = TokenCounter("o200k_base" if i % 2 else "cl100k_base")   # both encodings loaded at the same moment
+    ids = counter.encode(TEXT)
+    budget = measure_tools(TOOLS, 600)
+    sim = PrefixCacheSimulator(OpenAIPolicy(model="gpt-4.1" if i % 2 else "gpt-4o"))
+    sim.request(list(range(3000)), at=0.0)
+    cached = sim.request(list(range(3000)) + [1, 2], at=1.0).cached_tokens
+    price = PRICES.get("openai", "gpt-4o").input_per_mtok
+    return [counter.encoding_name, counter.exact, len(ids), counter.decode(ids) == TEXT, budget.used, budget.fits,
+            budget.exact_used, cached > 0, price, estimate_tokens(TEXT)]
+
+N = 24
+barrier = threading.Barrier(N + 1)
+results, errors = [None] * (2 * N), []
+
+def thread(i):
+    barrier.wait()
+    try:
+        results[i] = work(i)
+    except BaseException as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=thread, args=(i,)) for i in range(N)]
+for t in threads:
+    t.start()
+
+async def tasks():
+    barrier.wait()   # the threads and the tasks start together
+    async def one(i):
+        return await asyncio.to_thread(work, i) if i % 2 else work(i)
+    out = await asyncio.gather(*(one(N + i) for i in range(N)), return_exceptions=True)
+    for i, r in enumerate(out):
+        if isinstance(r, BaseException):
+            errors.append(repr(r))
+        else:
+            results[N + i] = r
+
+asyncio.run(tasks())
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "results": results}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["offline", "with the encoding files"])
+def test_concurrent_first_use_in_a_fresh_process(tmp_path, mode: str) -> None:
+    """Threads and asyncio tasks that first touch the encodings, the budget and the price table at the same moment
+    all get the same answers, and nothing raises (lazily built shared state is built once, under a lock)."""
+    if mode == "offline":
+        proc = _offline(tmp_path, _FIRST_USE)
+    else:
+        exact("o200k_base"), exact("cl100k_base")  # skips, saying why, without the files
+        env = {**os.environ, "PYTHONPATH": REPO}
+        proc = subprocess.run([sys.executable, "-c", _FIRST_USE], env=env, capture_output=True, text=True,
+                              timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["errors"] == []
+    results = out["results"]
+    assert all(r is not None for r in results)
+    for parity in (0, 1):
+        same = {json.dumps(r) for i, r in enumerate(results) if i % 2 == parity}
+        assert len(same) == 1, same  # one encoding per parity: every caller got identical figures
+    first = results[1]
+    assert first[1] is (mode != "offline") and first[3] is True and first[5] is True
+    assert (first[6] is None) is (mode == "offline")  # the exact budget figure only with the file
