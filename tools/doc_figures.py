@@ -74,8 +74,43 @@ def _what_if(report: Any) -> str:
             f"one external provider\n(allowed), then {then} with {with_n} (refused).\n")
 
 
+def _provider_table(report: Any) -> str:
+    """The tools array with the two providers that need no server, alone and together (what rule 1 refuses)."""
+    from ironmem.analysis import TokenCounter
+    from ironmem.providers.local_vector import LocalVectorProvider
+    from ironmem.providers.mem0 import Mem0Provider
+
+    counter = TokenCounter(report.encoding, require_exact=True)
+    builtin = _builtin_schemas()
+    vector, mem0 = LocalVectorProvider().tool_schemas(), Mem0Provider().tool_schemas()
+
+    def size(tools: list[Any]) -> str:
+        return f"{counter.count_tools(tools):,} ({counter.count_tools(tools, 'anthropic'):,})"
+
+    base, both = counter.count_tools(builtin), counter.count_tools([*builtin, *vector, *mem0])
+    second = (both - base) / 2
+    rows = [("built-in only (`memory`, `session_search`)", builtin),
+            (f"built-in + `local_vector` ({len(vector)} tools)", [*builtin, *vector]),
+            (f"built-in + `mem0` ({len(mem0)} tools)", [*builtin, *mem0]),
+            ("built-in + both (what rule 1 refuses)", [*builtin, *vector, *mem0])]
+    lines = ["| tools sent | tokens per request |", "| --- | --- |", *[f"| {label} | {size(t)} |" for label, t in rows]]
+    return ("\n".join(lines) + "\n\n"
+            f"A second provider adds about {round(second, -1):,.0f} tokens to every request, "
+            f"{second / report.fence_overhead:.0f} times the whole fence overhead\n({report.fence_overhead} tokens): "
+            f"over a 50-turn session that is about {round(50 * second, -2):,.0f} extra input tokens before any "
+            "caching.\n")
+
+
+def _builtin_schemas() -> list[Any]:
+    from ironmem import MemoryManager
+
+    with tempfile.TemporaryDirectory(prefix="ironmem-figures-") as home, MemoryManager(home=home) as manager:
+        return list(manager.tool_schemas())
+
+
 #: Region name -> what produces its text from the report.
-FIGURES: dict[str, Callable[[Any], str]] = {"builtin-tokens": _builtin_table, "what-if": _what_if}
+FIGURES: dict[str, Callable[[Any], str]] = {"builtin-tokens": _builtin_table, "what-if": _what_if,
+                                            "provider-tools": _provider_table}
 
 
 def render(markdown: str, report: Any) -> str:
