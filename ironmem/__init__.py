@@ -13,21 +13,8 @@ Example:
     True
 """
 
-# The runtime: the three rules and the plug-in contract.
-# Analysis: what the rules save (tokens, prefix cache, real usage).
-from .analysis.cache import (
-    PRICES,
-    AnthropicPolicy,
-    CacheOutcome,
-    DeepSeekPolicy,
-    GeminiPolicy,
-    ModelPrice,
-    OpenAIPolicy,
-    PrefixCacheSimulator,
-    VLLMPolicy,
-)
-from .analysis.tokens import TokenCounter, TokenReport
-from .analysis.usage import UsageMeter
+# The runtime: the three rules and the plug-in contract. What the rules save (token counts, the prefix-cache
+# simulator, prices, the usage meter) is in ironmem.analysis.
 from .core.builtin import BuiltinMemoryProvider
 from .core.config import load_config, manager_from_config
 from .core.errors import (
@@ -80,17 +67,4 @@ __all__ = [
     "MemoryFileError",
     "MemoryWriteError",
     "ProviderConflictError",
-    # analysis
-    "TokenCounter",
-    "TokenReport",
-    "PrefixCacheSimulator",
-    "CacheOutcome",
-    "PRICES",
-    "ModelPrice",
-    "OpenAIPolicy",
-    "AnthropicPolicy",
-    "GeminiPolicy",
-    "DeepSeekPolicy",
-    "VLLMPolicy",
-    "UsageMeter",
 ]

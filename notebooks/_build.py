@@ -12,7 +12,8 @@ Usage (from the repository root)::
     python notebooks/_build.py --no-execute # rebuild cells only (drops outputs)
 
 The kernel is the Python running this script (a temporary kernelspec points at ``sys.executable``), so the
-notebooks see the same installed ``ironmem``. Offline, set ``TIKTOKEN_CACHE_DIR`` first (see the README).
+notebooks see the same installed ``ironmem``. Offline without ``TIKTOKEN_CACHE_DIR`` they run on labelled token
+estimates; set it (see the README) before saving the committed copies, which carry exact figures.
 """
 
 from __future__ import annotations

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ironmem import ConfigError, MemoryManager, MemoryProvider, ProviderConflictError, ToolSchema
-from ironmem.core import budget as budget_module
 from ironmem.core.budget import (
     DEFAULT_TOOL_BUDGET,
-    ESTIMATE_BYTES_PER_TOKEN,
+    exact_tool_tokens,
     measure_tools,
     select_tools,
     tool_tokens,
 )
 from ironmem.core.config import manager_from_config
+from ironmem.core.token_estimate import estimate_tokens
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def schema(name: str, description: str = "Do a thing.", words: int = 0) -> ToolSchema:
@@ -51,52 +54,86 @@ class Tools(MemoryProvider):
         return json.dumps({"success": True, "tool": name})
 
 
-@pytest.fixture
-def no_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The encoding is not in tiktoken's cache: the budget must estimate, and say so."""
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
-    budget_module._loaded.clear()
-    yield
-    budget_module._loaded.clear()
+SHARED_CACHE = Path(__file__).resolve().parents[2] / "shared" / "tiktoken-cache"
 
 
-def test_exact_counts_match_tiktoken_on_the_wire_format() -> None:
+def _encoding_dir() -> Path | None:
+    """A folder holding o200k_base (this process's TIKTOKEN_CACHE_DIR or ../shared/tiktoken-cache), else None."""
+    from ironmem.analysis.tokens import tiktoken_cache_filename
+
+    for folder in (os.environ.get("TIKTOKEN_CACHE_DIR"), str(SHARED_CACHE)):
+        if folder and (Path(folder) / tiktoken_cache_filename("o200k_base")).is_file():
+            return Path(folder)
+    return None
+
+
+def test_exact_figures_match_tiktoken_on_the_wire_format() -> None:
     tiktoken = pytest.importorskip("tiktoken")
-    budget_module._loaded.clear()
     tools = [schema("kit_a"), schema("kit_b", words=30)]
-    counts, method, exact = tool_tokens(tools)
-    if not exact:
-        pytest.skip(f"o200k_base is not cached here: {method}")
+    exact, why = exact_tool_tokens(tools)
+    if exact is None:
+        pytest.skip(f"o200k_base is not cached here: {why}")
     enc = tiktoken.get_encoding("o200k_base")
     wire = [json.dumps(t.to_openai(), ensure_ascii=False, separators=(",", ":")) for t in tools]
-    assert counts == [len(enc.encode(w)) for w in wire]
-    assert "tiktoken o200k_base" in method
+    assert exact == [len(enc.encode(w)) for w in wire]
+    budget = measure_tools(tools, 1000)
+    assert budget.exact_used == sum(exact) and [t.exact for t in budget.tools] == exact
+    # the decision's count is the offline estimate of the same bytes, whatever the cache holds
+    assert tool_tokens(tools) == [estimate_tokens(w) for w in wire] == [t.tokens for t in budget.tools]
 
 
-def test_without_the_encoding_the_estimate_is_conservative_and_says_so(no_encoding: None) -> None:
-    from ironmem.providers.hindsight import HindsightProvider
-    from ironmem.providers.mem0 import Mem0Provider
-    from ironmem.providers.openviking import OpenVikingProvider
+# What the decision sees, printed as JSON by a fresh interpreter: shipped providers' tools, CJK and Cyrillic tools,
+# and generated tools whose cost lands on both sides of the budget.
+_DECIDE = """
+import json
+from ironmem.core.budget import DEFAULT_TOOL_BUDGET, measure_tools
+from ironmem.core.provider import ToolSchema
+from ironmem.providers.hindsight import HindsightProvider
+from ironmem.providers.mem0 import Mem0Provider
+from ironmem.providers.openviking import OpenVikingProvider
+groups = {"hindsight": HindsightProvider(reflect=True).tool_schemas(), "openviking": OpenVikingProvider().tool_schemas(),
+          "mem0": Mem0Provider().tool_schemas(),
+          "cjk": [ToolSchema("kit_cjk", "搜索长期记忆中关于用户的事实和过去的对话，例如爬山和旅行。")],
+          "ru": [ToolSchema("kit_ru", "Поиск в долговременной памяти фактов о пользователе и прошлых разговоров.")]}
+for n in range(1, 9):
+    groups[f"kit{n}"] = [ToolSchema(f"kit_{i}", "Search the notes for a fact. " * 4) for i in range(n)]
+out = {}
+for name, tools in groups.items():
+    for limit in (150, 300, DEFAULT_TOOL_BUDGET):
+        b = measure_tools(tools, limit)
+        out[f"{name}/{limit}"] = [b.used, b.fits, b.exact_used]
+print(json.dumps(out))
+"""
 
-    cjk = ToolSchema("kit_cjk", "搜索长期记忆中关于用户的事实和过去的对话，例如爬山和旅行。", {"type": "object", "properties": {}})
-    groups = [HindsightProvider(reflect=True).tool_schemas(), OpenVikingProvider().tool_schemas(),
-              Mem0Provider().tool_schemas(), [cjk]]
-    for tools in groups:
-        counts, method, exact = tool_tokens(tools)
-        assert not exact and f"UTF-8 bytes / {ESTIMATE_BYTES_PER_TOKEN}" in method and "not in the local cache" in method
-        wire = [json.dumps(t.to_openai(), ensure_ascii=False, separators=(",", ":")).encode() for t in tools]
-        assert counts == [math.ceil(len(w) / ESTIMATE_BYTES_PER_TOKEN) for w in wire]
-        # every shipped provider fits the default budget even when estimated
-        assert measure_tools(tools, DEFAULT_TOOL_BUDGET).fits
-    tiktoken = pytest.importorskip("tiktoken")
-    try:
-        enc = tiktoken.get_encoding("o200k_base")  # the test's own environment may have it
-    except Exception:
-        return
-    for tools in groups:
-        estimated, _, _ = tool_tokens(tools)
-        real = [len(enc.encode(json.dumps(t.to_openai(), ensure_ascii=False, separators=(",", ":")))) for t in tools]
-        assert all(e >= r for e, r in zip(estimated, real)), (estimated, real)
+
+def _decide(cache_dir: Path) -> dict[str, list[Any]]:
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(REPO),
+           # and no way out: a download would fail fast instead of reaching the network
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    proc = subprocess.run([sys.executable, "-c", _DECIDE], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_decision_is_the_same_with_and_without_the_encoding_file(tmp_path: Path) -> None:
+    """Rule 1 does not depend on the network: a provider accepted online is accepted air-gapped, and back."""
+    pytest.importorskip("hindsight_client")
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    offline = _decide(empty)
+    assert all(exact is None for _, _, exact in offline.values())  # no exact figure without the file
+    verdicts = {key: fits for key, (_, fits, _) in offline.items()}
+    assert set(verdicts.values()) == {True, False}  # the cases fall on both sides of the limits
+    assert all(verdicts[f"{name}/{DEFAULT_TOOL_BUDGET}"] for name in ("hindsight", "openviking", "mem0"))
+    cache = _encoding_dir()
+    if cache is None:
+        pytest.skip("o200k_base is not cached here: the online half needs TIKTOKEN_CACHE_DIR")
+    online = _decide(cache)
+    assert {k: v[:2] for k, v in online.items()} == {k: v[:2] for k, v in offline.items()}
+    # the exact figure is reported beside it, and the estimate stays near it (a band, not today's values)
+    for key, (used, _, exact) in online.items():
+        assert exact is not None and 0.8 * exact <= used <= 1.5 * exact, (key, used, exact)
 
 
 def test_over_the_budget_is_refused_with_the_costs_and_the_fix(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -6,11 +6,12 @@ config, ``MemoryManager(tool_budget=...)``); config chooses which of its tools t
 provider's section, ``add_provider(p, tools=[...])``).
 
 How a tool is counted: its OpenAI function-tool form (:meth:`ToolSchema.to_openai`, the larger of the two wire
-formats) serialized as compact JSON, the way the ``openai`` SDK sends it, encoded with tiktoken's ``o200k_base``.
-The core never downloads anything: the encoding is used only when tiktoken can load it from its local cache
-(``TIKTOKEN_CACHE_DIR``). Otherwise the count is a conservative estimate, :data:`ESTIMATE_BYTES_PER_TOKEN` UTF-8
-bytes per token rounded up (tool JSON averages about 4 bytes per o200k token, CJK text about 3), and the budget
-says so in its ``method``.
+formats) serialized as compact JSON, the way the ``openai`` SDK sends it. The decision counts it with
+:func:`~ironmem.core.token_estimate.estimate_tokens`, which needs no encoding file, so the same providers are
+accepted and refused on every machine, online or air-gapped (tiktoken's files are downloaded on first use, so an
+exact count would depend on the network). The exact count in tiktoken's ``o200k_base`` is reported beside it
+(``exact_used``) when tiktoken can load the encoding from its local cache (``TIKTOKEN_CACHE_DIR``); the core never
+downloads anything. On tool JSON the estimate is about 15% above o200k_base.
 
 Example:
     >>> from ironmem.core.provider import ToolSchema
@@ -24,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import tempfile
 import threading
@@ -33,13 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .provider import ToolSchema
+from .token_estimate import BYTES_PER_TOKEN, estimate_tokens
 
 __all__ = [
     "DEFAULT_TOOL_BUDGET",
-    "ESTIMATE_BYTES_PER_TOKEN",
+    "ESTIMATE_METHOD",
     "TOOL_BUDGET_ENCODING",
     "ToolBudget",
     "ToolCost",
+    "exact_tool_tokens",
     "measure_tools",
     "select_tools",
     "tool_tokens",
@@ -47,33 +49,40 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Tokens the external provider's exposed tool schemas may cost together (o200k_base, OpenAI format): room for
-#: five or six concise tools (a search tool with a query and a limit costs about 90). The built-in ``memory`` and
-#: ``session_search`` tools (about 430) are not counted. Shipped providers: mem0 3 tools 228, hindsight 2-3 tools
-#: 180-248, openviking 5 tools 366; each stays under the budget with the bytes/3 estimate too.
+#: Tokens the external provider's exposed tool schemas may cost together (OpenAI format, counted with the
+#: offline estimate): room for five or six concise tools (a search tool with a query and a limit costs about 100).
+#: The built-in ``memory`` and ``session_search`` tools (about 500) are not counted. Shipped providers: mem0 3 tools
+#: 270, hindsight 2-3 tools 209-287, openviking 5 tools 415 (in o200k_base: 228, 180-248, 366).
 DEFAULT_TOOL_BUDGET = 600
-#: The encoding the budget is counted in.
+#: The encoding of the exact figure reported beside the estimate.
 TOOL_BUDGET_ENCODING = "o200k_base"
-#: Used when the encoding cannot be loaded: tokens = ceil(UTF-8 bytes / 3), an over-estimate for tool JSON.
-ESTIMATE_BYTES_PER_TOKEN = 3
+#: How the decision counts (see :mod:`ironmem.core.token_estimate`).
+ESTIMATE_METHOD = f"the offline estimate (a token per started {BYTES_PER_TOKEN} UTF-8 bytes of each word, number or symbol run)"
 
 _ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 _lock = threading.Lock()
-_loaded: dict[str, Any] = {}
+_loaded: dict[str, tuple[Any | None, str]] = {}
+
+
+def _cache_file() -> str:
+    cache = (os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+             or os.path.join(tempfile.gettempdir(), "data-gym-cache"))
+    return os.path.join(cache, hashlib.sha1(_ENCODING_URL.encode()).hexdigest())
 
 
 def _cached_encoding() -> tuple[Any | None, str]:
-    """The o200k_base encoding if tiktoken can load it without a download; else (None, why)."""
+    """The o200k_base encoding if tiktoken can load it without a download; else (None, why).
+
+    Loaded once per cache file, under a lock (threads that ask at the same time wait for one load).
+    """
+    cached = _cache_file()
     with _lock:
-        if "result" in _loaded:
-            return _loaded["result"]
+        if cached in _loaded:
+            return _loaded[cached]
         result: tuple[Any | None, str]
-        cache = (os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
-                 or os.path.join(tempfile.gettempdir(), "data-gym-cache"))
-        cached = os.path.join(cache, hashlib.sha1(_ENCODING_URL.encode()).hexdigest())
         if not os.path.isfile(cached):
             result = (None, f"tiktoken encoding {TOOL_BUDGET_ENCODING} is not in the local cache ({cached}); "
-                            "set TIKTOKEN_CACHE_DIR to a folder holding it for exact counts")
+                            "set TIKTOKEN_CACHE_DIR to a folder holding it for the exact figure")
         else:
             try:
                 import tiktoken
@@ -81,7 +90,7 @@ def _cached_encoding() -> tuple[Any | None, str]:
                 result = (tiktoken.get_encoding(TOOL_BUDGET_ENCODING), "")
             except Exception as exc:  # ImportError, a corrupt cache file, ...
                 result = (None, f"tiktoken could not load {TOOL_BUDGET_ENCODING}: {type(exc).__name__}: {exc}")
-        _loaded["result"] = result
+        _loaded[cached] = result
         return result
 
 
@@ -89,36 +98,46 @@ def _wire(schema: ToolSchema) -> str:
     return json.dumps(schema.to_openai(), ensure_ascii=False, separators=(",", ":"))
 
 
-def tool_tokens(schemas: Sequence[ToolSchema]) -> tuple[list[int], str, bool]:
-    """Tokens of each schema, the counting method, and whether the counts are exact.
+def tool_tokens(schemas: Sequence[ToolSchema]) -> list[int]:
+    """The budget's count of each schema (the offline estimate: the same on every machine).
 
     Example:
-        >>> counts, method, exact = tool_tokens([ToolSchema("a", "b")])
+        >>> counts = tool_tokens([ToolSchema("a", "b")])
         >>> len(counts), counts[0] > 0
         (1, True)
     """
+    return [estimate_tokens(_wire(s)) for s in schemas]
+
+
+def exact_tool_tokens(schemas: Sequence[ToolSchema]) -> tuple[list[int] | None, str]:
+    """Each schema in tiktoken's ``o200k_base`` when the encoding is in the local cache, else ``(None, why)``.
+
+    A report only: the budget decides on :func:`tool_tokens`. Never downloads.
+    """
     encoding, why = _cached_encoding()
-    if encoding is not None:
-        counts = [len(encoding.encode(_wire(s), disallowed_special=())) for s in schemas]
-        return counts, f"tiktoken {TOOL_BUDGET_ENCODING}, OpenAI function format", True
-    counts = [math.ceil(len(_wire(s).encode("utf-8")) / ESTIMATE_BYTES_PER_TOKEN) for s in schemas]
-    return counts, f"estimate: UTF-8 bytes / {ESTIMATE_BYTES_PER_TOKEN}, rounded up ({why})", False
+    if encoding is None:
+        return None, why
+    return [len(encoding.encode(_wire(s), disallowed_special=())) for s in schemas], ""
 
 
 @dataclass(frozen=True)
 class ToolCost:
-    """One exposed tool and its cost in tokens."""
+    """One exposed tool and its cost in tokens (``exact``: in o200k_base, None when the encoding is not at hand)."""
 
     name: str
     tokens: int
+    exact: int | None = None
 
 
 @dataclass(frozen=True)
 class ToolBudget:
     """What the external provider's exposed tools cost against the budget.
 
+    ``used`` (what decides) is the offline estimate; ``exact_used`` is the o200k_base count when the encoding is
+    in tiktoken's local cache (``None`` otherwise, with the reason in ``exact_note``).
+
     Example:
-        >>> b = ToolBudget(limit=100, used=40, tools=(ToolCost("x", 40),), method="m", exact=True)
+        >>> b = ToolBudget(limit=100, used=40, tools=(ToolCost("x", 40),), method="m")
         >>> b.fits, b.to_dict()["used"]
         (True, 40)
     """
@@ -127,7 +146,8 @@ class ToolBudget:
     used: int
     tools: tuple[ToolCost, ...]
     method: str
-    exact: bool
+    exact_used: int | None = None
+    exact_note: str = ""
     hidden: tuple[str, ...] = ()  # tools the provider offers that config did not expose
 
     @property
@@ -141,22 +161,28 @@ class ToolBudget:
             "fits": self.fits,
             "tools": {t.name: t.tokens for t in self.tools},
             "method": self.method,
-            "exact": self.exact,
+            "o200k_base": self.exact_used,
         }
+        if self.exact_used is None and self.exact_note:
+            out["o200k_base_note"] = self.exact_note
         if self.hidden:
             out["hidden"] = list(self.hidden)
         return out
 
     def describe(self) -> str:
         parts = ", ".join(f"{t.name} {t.tokens:,}" for t in self.tools) or "no tools"
-        return f"{self.used:,} of {self.limit:,} tokens ({parts}; {self.method})"
+        exact = f"; {self.exact_used:,} in o200k_base" if self.exact_used is not None else ""
+        return f"{self.used:,} of {self.limit:,} tokens ({parts}; {self.method}{exact})"
 
 
 def measure_tools(schemas: Sequence[ToolSchema], limit: int, hidden: Sequence[str] = ()) -> ToolBudget:
     """The budget report for ``schemas`` against ``limit`` tokens."""
-    counts, method, exact = tool_tokens(schemas)
-    tools = tuple(ToolCost(s.name, n) for s, n in zip(schemas, counts))
-    return ToolBudget(limit=limit, used=sum(counts), tools=tools, method=method, exact=exact, hidden=tuple(hidden))
+    counts = tool_tokens(schemas)
+    exact, note = exact_tool_tokens(schemas)
+    tools = tuple(ToolCost(s.name, n, exact[i] if exact is not None else None)
+                  for i, (s, n) in enumerate(zip(schemas, counts)))
+    return ToolBudget(limit=limit, used=sum(counts), tools=tools, method=ESTIMATE_METHOD,
+                      exact_used=sum(exact) if exact is not None else None, exact_note=note, hidden=tuple(hidden))
 
 
 def select_tools(schemas: Sequence[ToolSchema], names: Sequence[str] | None, *, provider: str) -> list[ToolSchema]:

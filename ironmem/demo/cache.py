@@ -92,6 +92,7 @@ def simulate_requests(
                 "cost_usd": s.cost_usd,
                 "cost_without_cache_usd": s.cost_without_cache_usd,
                 "savings": s.savings,
+                "exact_tokens": counter.exact,
                 "per_request": per_request,
             }
         )
@@ -131,7 +132,11 @@ def run_simulation(
         if s not in STRATEGIES:
             raise DemoError(f"unknown strategy {s!r}; use {', '.join(STRATEGIES)}")
     parsed = [(spec, parse_policy(spec)) for spec in specs]  # fail on a bad policy before any work
-    counter = TokenCounter()
+    counter = TokenCounter()  # offline without the encoding file: the estimate, labelled in every row
+    if progress is not None and not counter.exact:
+        from rich.text import Text
+
+        progress.print(Text(f"token figures are ESTIMATES: {counter.method}", style="yellow"))
     script = record_session(turns=turns, write_every=write_every if write_every else turns + 1)
     rows: list[dict[str, Any]] = []
 
@@ -160,6 +165,7 @@ def run_simulation(
                         "of_theoretical_max": result.achieved_ratio
                         if result.theoretical_cached_tokens
                         else None,
+                        "exact_tokens": counter.exact,
                     }
                 )
                 advance()

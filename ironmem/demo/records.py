@@ -114,8 +114,8 @@ class DemoResult:
     cache: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     seconds: float = 0.0
-    #: Why the token and cache report was left out (the tokenizer's encoding could not be loaded), else None.
-    tokens_unavailable: str | None = None
+    #: Why the token and cache figures are estimates (the tokenizer's encoding was not available), else None.
+    tokens_estimated: str | None = None
 
     def hashes(self, session: int) -> list[str]:
         return [r.system_hash for r in self.requests if r.session == session]
@@ -132,7 +132,7 @@ class DemoResult:
             "token_report": self.token_report.to_dict() if self.token_report is not None else None,
             "cache_simulation": self.cache,
             "usage": self.usage,
-            "tokens_unavailable": self.tokens_unavailable,
+            "tokens_estimated": self.tokens_estimated,
             "seconds": round(self.seconds, 3),
         }
 

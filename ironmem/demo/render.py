@@ -92,8 +92,8 @@ def print_demo(result: DemoResult, console: Any) -> None:
         )
 
     console.print(Rule("tokens"))
-    if result.tokens_unavailable:
-        console.print(Text(f"token and cache report skipped: {result.tokens_unavailable}", style="yellow"))
+    if result.tokens_estimated:
+        console.print(Text(f"token and cache figures are ESTIMATES: {result.tokens_estimated}", style="yellow"))
     if result.token_report is not None:
         print_token_report(result.token_report, console)
     if result.cache:
@@ -157,7 +157,8 @@ def print_token_report(report: Any, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    summary = Table(title=f"memory cost in tokens ({report.encoding})", title_justify="left")
+    label = report.encoding if report.exact else f"{report.encoding} unavailable offline: ESTIMATES"
+    summary = Table(title=f"memory cost in tokens ({label})", title_justify="left")
     summary.add_column("item")
     summary.add_column("tokens", justify="right")
     summary.add_row("fence overhead (tags + system note)", f"{report.fence_overhead:,}")

@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import EncodingUnavailableError
 from ..core.manager import MemoryManager
 from .cache import assign_times, simulate_requests
 from .langchain import run_langchain
@@ -74,13 +73,8 @@ def run_demo(
             raise DemoError(
                 f"--model {model} needs an API key: set {key} (or run the demo without --model, offline)"
             )
-    counter: TokenCounter | None = None
-    tokens_unavailable: str | None = None
-    try:
-        counter = TokenCounter()  # loads the encoding: offline without TIKTOKEN_CACHE_DIR it cannot
-    except EncodingUnavailableError as exc:
-        # The agent loop and the memory need no tokenizer: run them, and say why the figures are missing.
-        counter, tokens_unavailable = None, str(exc)
+    # Offline without TIKTOKEN_CACHE_DIR the counter estimates; the report says so.
+    counter = TokenCounter()
     started = time.perf_counter()
     tmp = None
     if home is None:
@@ -105,12 +99,10 @@ def run_demo(
                 snapshots.setdefault(
                     request.session, request.system_blocks[-1] if request.system_blocks else ""
                 )
-            report = None
-            if counter is not None:
-                report_session = manager.start_session(f"demo-{tag}-report", user_id="ada")
-                report_session.prefetch(SCRIPT[-1].user)
-                report = TokenReport.for_session(report_session, counter)
-                report_session.end()
+            report_session = manager.start_session(f"demo-{tag}-report", user_id="ada")
+            report_session.prefetch(SCRIPT[-1].user)
+            report = TokenReport.for_session(report_session, counter)
+            report_session.end()
         result = DemoResult(
             framework=framework,
             model=model or (type(chat_model).__name__ if chat_model is not None else "scripted (offline)"),
@@ -119,9 +111,9 @@ def run_demo(
             requests=requests,
             snapshots=snapshots,
             token_report=report,
-            cache=simulate_requests(requests, counter=counter) if counter is not None else [],
+            cache=simulate_requests(requests, counter=counter),
             usage=meter.to_dict() if meter is not None else None,
-            tokens_unavailable=tokens_unavailable,
+            tokens_estimated=None if counter.exact else counter.method,
         )
     finally:
         if tmp is not None:

@@ -40,10 +40,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from ..core.embedding import Embedder, as_embedder
 from ..core.errors import InvalidArgumentError, ProviderUnavailableError
 from ..core.provider import ToolSchema
 from ._base import ProviderBase
-from ._embedding import Embedder, as_embedder
 from ._tools import err as _err
 from ._tools import ok as _ok
 from ._tools import run_tool, search_result, search_schema

@@ -28,6 +28,7 @@ logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(mes
 
 home = Path(tempfile.mkdtemp(prefix="ironmem-rules-"))
 counter = TokenCounter("o200k_base")
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 
 # %% [markdown]
 # ## Rule 1: one external provider

@@ -47,6 +47,7 @@ class CachedCounter(TokenCounter):
 
 
 counter = CachedCounter()
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 TURNS, WRITE_EVERY = 50, 5
 script = record_session(turns=TURNS, write_every=WRITE_EVERY)
 print(

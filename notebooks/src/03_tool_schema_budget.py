@@ -22,6 +22,7 @@ from ironmem.analysis.tokens import TokenCounter, TokenReport
 from ironmem.core.config import provider_class
 
 counter = TokenCounter("o200k_base")
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 import tempfile
 
 manager = MemoryManager(home=tempfile.mkdtemp(prefix="ironmem-budget-"))

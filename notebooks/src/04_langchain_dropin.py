@@ -31,6 +31,7 @@ from ironmem.analysis.tokens import TokenCounter
 from ironmem.testing.langchain import ScriptedChatModel
 
 counter = TokenCounter()
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 manager = MemoryManager(home=tempfile.mkdtemp(prefix="ironmem-langchain-"))
 
 

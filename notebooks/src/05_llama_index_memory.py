@@ -32,6 +32,7 @@ from ironmem.analysis.tokens import TokenCounter
 from ironmem.testing.llama_index import ScriptedFunctionCallingLLM, ScriptedToolCall
 
 counter = TokenCounter()
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 manager = MemoryManager(home=tempfile.mkdtemp(prefix="ironmem-llamaindex-"))
 
 

@@ -33,6 +33,7 @@ from ironmem.analysis.tokens import TokenCounter
 from ironmem.core.fence import fence_overhead_text
 
 counter = TokenCounter()
+print("token counts:", counter.method)  # offline without the encoding file: labelled estimates
 
 # %% [markdown]
 # ## The fence

@@ -401,7 +401,7 @@ class SearchIndex:
 
         ``embedder`` True (or ``"default"``) means the best local model that runs here (``ironmem[embeddings]``:
         e5, else MiniLM; :func:`~.vectors.default_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
-        embedder that :func:`ironmem.providers._embedding.as_embedder` accepts. Turns and entries are embedded by a background
+        embedder that :func:`ironmem.core.embedding.as_embedder` accepts. Turns and entries are embedded by a background
         worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
         cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
         """

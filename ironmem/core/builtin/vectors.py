@@ -14,7 +14,7 @@ The MiniLM WordPiece tokenizer (Apache-2.0, from sentence-transformers/all-MiniL
 models cut turns into windows with it.
 
 Any embedder ironmem accepts elsewhere works too (a LangChain ``Embeddings``, a LlamaIndex embedding, a callable
-``list[str] -> list[list[float]]``): see :mod:`ironmem.providers._embedding`.
+``list[str] -> list[list[float]]``): see :mod:`ironmem.core.embedding`.
 
 Embedding never runs on a turn's critical path: ``SearchIndex.add_turn`` only wakes the worker thread, which
 embeds every turn and memory entry that has no vector yet, in batches, and stores them in ``vectors.db``.
@@ -499,7 +499,7 @@ class VectorIndex:
     def __init__(
         self, path: Path, embedder: Any, *, turns: TurnSource, entries: EntrySource, model_id: str | None = None
     ) -> None:
-        from ...providers._embedding import as_embedder, describe_embedder
+        from ..embedding import as_embedder, describe_embedder
 
         try:
             import sqlite_vec
