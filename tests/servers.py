@@ -626,13 +626,14 @@ class HostedScenarios(ProviderContract):
         with pytest.raises(Exception, match="rate limited"):
             provider.sync_turn("third turn about rafts", "ok", session_id="s-429")
         assert len(stub.calls()) == before  # nothing sent while the service asked us to wait
-        snap = provider.status_info()["service"]
-        assert snap["state"] == "rate_limited" and snap["pending_writes"] == 2 and 0 < snap["retry_after_s"] <= 1
+        info = provider.status_info()
+        snap = info["service"]
+        assert snap["state"] == "rate_limited" and info["writes"]["pending"] == 2 and 0 < snap["retry_after_s"] <= 1
         time.sleep(1.1)
         provider.sync_turn("fourth turn about sails", "ok", session_id="s-429")
         assert self.user_turns(stub, "bob") == ["first turn about kayaks", "second turn about canoes",
                                                 "third turn about rafts", "fourth turn about sails"]
-        assert provider.status_info()["service"]["state"] == "ok"
+        assert provider.status_info()["service"]["state"] == "ok" and provider.status_info()["writes"]["pending"] == 0
         provider.shutdown()
 
 
