@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .provider import MemoryProvider
 
@@ -23,38 +23,82 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class ProviderHealth:
-    """What ``status()`` reports for one provider: degraded while any hook's last call failed."""
+    """What ``status()`` reports for one provider: the present truth, as the latest calls into it showed it.
+
+    The rule: a call that fails makes the provider ``degraded`` (``failing`` keeps each failed hook with its
+    reason, ``reason`` the latest). A later successful call of a hook that does the provider's work against its
+    backend (:attr:`BACKEND_HOOKS`: recall, turn and memory writes, session end, probe) shows that the backend
+    answers again: the provider is ``active`` and every failing hook is cleared, whichever hook it was. Any other
+    successful call clears only its own hook: setup and notification hooks (``initialize``, ``on_turn_start``,
+    ...) are no-ops by the provider contract's default, and a tool call returns its failures as a JSON result, so
+    neither shows that the backend answered. The last failure stays visible (``last_failure``, with the time it
+    was recovered from) and ``failures`` counts them all. Writes that failed during the outage are not forgotten:
+    they wait in the provider's outbox and show in its ``writes`` entry.
+
+    Example:
+        >>> health = ProviderHealth("demo", "external")
+        >>> health.fail("on_memory_write", "on_memory_write raised ConnectionError: refused")
+        >>> health.ok("on_turn_start")  # a no-op hook proves nothing
+        >>> health.state, health.reason
+        ('degraded', 'on_memory_write raised ConnectionError: refused')
+        >>> health.ok("prefetch")  # the backend answered a recall: it is back
+        >>> health.state, health.failing, health.failures
+        ('active', {}, 1)
+    """
+
+    #: Hooks whose success means the backend answered (see the class docstring).
+    BACKEND_HOOKS: ClassVar[frozenset[str]] = frozenset(
+        {"prefetch", "sync_turn", "on_memory_write", "on_session_end", "probe"})
 
     name: str
     kind: str  # "builtin" | "external"
     reason: str = ""
     failures: int = 0
     last_failure_at: float | None = None
-    failing: dict[str, str] = field(default_factory=dict)  # hook -> why its last call failed
+    failing: dict[str, str] = field(default_factory=dict)  # hook -> why it failed, since the provider last answered
+    last_failure: dict[str, Any] | None = None  # {"hook", "reason", "at", "recovered_at"}
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def state(self) -> str:
         return "degraded" if self.failing else "active"
 
     def fail(self, hook: str, reason: str) -> None:
-        self.failing[hook] = reason
-        self.reason = reason
-        self.failures += 1
-        self.last_failure_at = time.time()
+        """A call of ``hook`` failed (raised, timed out, or was skipped behind a hung call)."""
+        now = time.time()
+        with self._lock:
+            self.failing[hook] = reason
+            self.reason = reason
+            self.failures += 1
+            self.last_failure_at = now
+            self.last_failure = {"hook": hook, "reason": reason, "at": _iso(now)}
 
     def ok(self, hook: str) -> None:
-        self.failing.pop(hook, None)
-        if self.failing:
-            self.reason = next(reversed(self.failing.values()))
+        """A call of ``hook`` succeeded: it clears itself, and every failing hook when it is one of
+        :attr:`BACKEND_HOOKS`."""
+        with self._lock:
+            self.failing.pop(hook, None)
+            if self.failing and hook not in self.BACKEND_HOOKS:
+                return
+            if self.failures and self.last_failure is not None and "recovered_at" not in self.last_failure:
+                self.last_failure["recovered_at"] = _iso(time.time())
+            self.failing.clear()
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "state": self.state}
-        if self.failing:
-            out["reason"] = self.reason
-            out["failing_hooks"] = dict(self.failing)
-        if self.failures:
-            out["failures"] = self.failures
-        return out
+        with self._lock:
+            out: dict[str, Any] = {"name": self.name, "kind": self.kind, "state": self.state}
+            if self.failing:
+                out["reason"] = self.reason
+                out["failing_hooks"] = dict(self.failing)
+            if self.failures:
+                out["failures"] = self.failures
+                if not self.failing and self.last_failure is not None:
+                    out["last_failure"] = dict(self.last_failure)
+            return out
+
+
+def _iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 class Guard:

@@ -137,8 +137,7 @@ class Outbox:
         Raises :class:`WritesQueuedError` when something (this write or an older one) stays queued.
         """
         with self._queue_lock:
-            if self._closed:
-                raise ProviderUnavailableError(f"{self.label} was shut down; create a new provider to write")
+            self._closed = False  # a provider may be opened again after a shutdown
             self._add(record)
         self.drain()
 
@@ -325,7 +324,8 @@ class Outbox:
 
     def close(self) -> None:
         """Try to send what waits; what the backend does not take stays saved for the next process (or, with no
-        folder attached, is dropped and recorded). Idempotent."""
+        folder attached, is dropped and recorded), and the file's lock is released. Idempotent; a later
+        :meth:`write` (a provider opened again) starts over."""
         if self._closed:
             return
         with contextlib.suppress(WritesQueuedError, ProviderUnavailableError):
