@@ -256,8 +256,9 @@ class LocalVectorProvider(ProviderBase):
                 if not home:
                     raise InvalidArgumentError("LocalVectorProvider needs path=... or a home in initialize(..., home=...)")
                 self.path = Path(home) / DB_FILE
+        self._attach_outbox(ctx)  # first: writes made while the store or the embedder is down are kept
+        with self._lock:
             self._open()
-        self._attach_outbox(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         return [SEARCH_TOOL, WRITE_TOOL]
