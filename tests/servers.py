@@ -309,17 +309,21 @@ class OpenVikingServer(_Process):
 class DelayProxy:
     """A loopback TCP proxy to ``target_port`` that waits ``delay`` seconds before relaying each connection.
 
+    Leaving it closes every connection it relays, so a client sees the server as gone (a network outage); a new
+    proxy on the same ``port`` brings it back at the same URL.
+
     Example:
         >>> with DelayProxy(9, delay=0.0) as proxy:  # doctest: +SKIP
         ...     proxy.url
     """
 
-    def __init__(self, target_port: int, delay: float) -> None:
+    def __init__(self, target_port: int, delay: float, *, port: int = 0) -> None:
         self.target_port = target_port
         self.delay = delay
+        self._open: set[socket.socket] = set()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(("127.0.0.1", 0))
+        self._server.bind(("127.0.0.1", port))
         self._server.listen(64)
         self.port = int(self._server.getsockname()[1])
         self._stop = threading.Event()
@@ -336,6 +340,7 @@ class DelayProxy:
                 client, _ = self._server.accept()
             except (TimeoutError, OSError):
                 continue
+            self._open.add(client)
             threading.Thread(target=self._relay, args=(client,), daemon=True).start()
 
     def _relay(self, client: socket.socket) -> None:
@@ -347,6 +352,7 @@ class DelayProxy:
         except OSError:
             client.close()
             return
+        self._open.add(upstream)
 
         def pump(src: socket.socket, dst: socket.socket) -> None:
             try:
@@ -373,6 +379,11 @@ class DelayProxy:
         self._stop.set()
         self._server.close()
         self._thread.join(2)
+        for sock in list(self._open):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 @contextlib.contextmanager
@@ -540,6 +551,69 @@ class ServerScenarios:
                 assert set(status["failing_hooks"]) >= {"prefetch", "sync_turn"}
                 session.end()
 
+    def _write_during_outage(self, manager: MemoryManager, name: str) -> Any:
+        """A mirrored note and a synced turn while the server cannot be reached; both wait in the outbox."""
+        session = manager.start_session("outage", user_id="gus")
+        session.handle_tool_call("memory", {"action": "add", "target": "user",
+                                            "content": "Gus rides a green Brompton bicycle"})
+        session.sync_turn("I moved to Utrecht last spring", "Noted.")
+        assert manager.drain(30)
+        status = provider_status(manager, name)
+        assert status["state"] == "degraded" and status["writes"]["pending"] == 2
+        return session
+
+    def _on_the_server(self, url: str, tmp_path: Path) -> list[str]:
+        provider = self.make(url, tmp_path)  # a fresh client: only what the server holds
+        provider.initialize("check", user_id="gus")
+        try:
+            return (self.stored_texts(provider, "Where did Gus move last spring?")
+                    + self.stored_texts(provider, "What bicycle does Gus ride?"))
+        finally:
+            provider.shutdown()
+
+    def test_writes_during_an_outage_reach_the_server_when_it_answers_again(self, server: _Process,
+                                                                             tmp_path: Path) -> None:
+        port = free_port()
+        with DelayProxy(server.port, delay=0.0, port=port) as proxy:
+            provider = self.make(proxy.url, tmp_path, timeout=5)
+            manager = MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=30)
+            manager.start_session("before", user_id="gus").prefetch("hello")  # connected before the outage
+        try:
+            session = self._write_during_outage(manager, provider.name)  # the proxy is gone: unreachable
+            with DelayProxy(server.port, delay=0.0, port=port):  # the server answers again, at the same URL
+                session.prefetch("Where do I live now?")  # a successful recall: replays what waits
+                status = provider_status(manager, provider.name)
+                assert status["state"] == "active" and "failing_hooks" not in status
+                assert "not reachable" in status["last_failure"]["reason"]
+                deadline = time.monotonic() + 60
+                while provider_status(manager, provider.name)["writes"]["pending"] and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert provider_status(manager, provider.name)["writes"] == {"pending": 0}
+                session.end()
+                assert provider_status(manager, provider.name)["state"] == "active"
+        finally:
+            manager.close()
+        texts = self._on_the_server(server.url, tmp_path)
+        assert any("Utrecht" in t for t in texts) and any("Brompton" in t for t in texts)
+
+    def test_writes_left_by_an_outage_are_sent_by_the_next_run(self, server: _Process, tmp_path: Path) -> None:
+        dead = f"http://127.0.0.1:{free_port()}"
+        with MemoryManager(home=tmp_path / "home", external=self.make(dead, tmp_path, timeout=5),
+                           prefetch_timeout=5) as manager:
+            self._write_during_outage(manager, self.make(dead, tmp_path).name).end()
+        saved = list((tmp_path / "home").glob("*/unsent-*.jsonl"))
+        assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
+        # The next process on the same home, with the server up: the saved writes go first, then its own.
+        with MemoryManager(home=tmp_path / "home", external=self.make(server.url, tmp_path),
+                           prefetch_timeout=30) as manager:
+            session = manager.start_session("next", user_id="gus")
+            session.end()
+            name = manager.external.name if manager.external else ""
+            assert provider_status(manager, name)["writes"] == {"pending": 0}
+        assert not list((tmp_path / "home").glob("*/unsent-*.jsonl"))
+        texts = self._on_the_server(server.url, tmp_path)
+        assert any("Utrecht" in t for t in texts) and any("Brompton" in t for t in texts)
+
 
 # --------------------------------------------------------------------------------------------------
 # Scenarios shared by the hosted-service provider tests (Honcho, Supermemory), against a stub of the API
@@ -626,14 +700,33 @@ class HostedScenarios(ProviderContract):
         with pytest.raises(Exception, match="rate limited"):
             provider.sync_turn("third turn about rafts", "ok", session_id="s-429")
         assert len(stub.calls()) == before  # nothing sent while the service asked us to wait
-        snap = provider.status_info()["service"]
-        assert snap["state"] == "rate_limited" and snap["pending_writes"] == 2 and 0 < snap["retry_after_s"] <= 1
+        info = provider.status_info()
+        snap = info["service"]
+        assert snap["state"] == "rate_limited" and info["writes"]["pending"] == 2 and 0 < snap["retry_after_s"] <= 1
         time.sleep(1.1)
         provider.sync_turn("fourth turn about sails", "ok", session_id="s-429")
         assert self.user_turns(stub, "bob") == ["first turn about kayaks", "second turn about canoes",
                                                 "third turn about rafts", "fourth turn about sails"]
-        assert provider.status_info()["service"]["state"] == "ok"
+        assert provider.status_info()["service"]["state"] == "ok" and provider.status_info()["writes"]["pending"] == 0
         provider.shutdown()
+
+    def test_writes_during_an_outage_are_sent_when_a_recall_succeeds(self, stub: StubServer, tmp_path: Path) -> None:
+        with hosted_manager(tmp_path, provider := self.make(stub)) as manager:
+            session = manager.start_session("s-outage", user_id="dan")
+            stub.inject(Fault(503, {"error": "maintenance"}, operation=self.add_operation, times=None))
+            session.sync_turn("first turn about kayaks", "ok")
+            session.sync_turn("second turn about canoes", "ok")
+            assert manager.drain(10)
+            entry = provider_status(manager, provider.name)
+            assert entry["state"] == "degraded" and entry["writes"]["pending"] == 2
+            stub.clear_faults()
+            session.prefetch("what boats do I like?")  # the service answers a recall: what waits is sent
+            assert provider_status(manager, provider.name)["state"] == "active"
+            deadline = time.monotonic() + 10
+            while provider_status(manager, provider.name)["writes"]["pending"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert self.user_turns(stub, "dan") == ["first turn about kayaks", "second turn about canoes"]
+            session.end()
 
 
 if __name__ == "__main__":  # manual use: python tests/servers.py hindsight|openviking

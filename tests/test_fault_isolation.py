@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ironmem import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, MemoryManager, Session
+from ironmem.core.provider import MemoryProvider, ToolSchema
 from ironmem.testing.faulty import (
     INJECTIONS,
     HangingProvider,
@@ -188,3 +189,61 @@ def test_status_recovers_when_the_hook_works_again(tmp_path: Path) -> None:
         fenced = session.prefetch("second").fenced()
         assert "far too late" in fenced  # the backend answers in time again...
         assert external_status(manager, "hanging")["state"] == "active"  # ...and status says so
+
+
+class _Flaky(MemoryProvider):
+    """A backend that can go away (``down``) and come back; its no-op hooks (``on_turn_start``, ...) never fail."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.down = False
+        self.notes: list[str] = []
+
+    def _backend(self) -> None:
+        if self.down:
+            raise ConnectionError("backend unreachable")
+
+    def is_available(self) -> bool:
+        return True
+
+    def initialize(self, session_id: str, **ctx: object) -> None:
+        pass
+
+    def tool_schemas(self) -> list[ToolSchema]:
+        return []
+
+    def prefetch(self, query: str, *, session_id: str) -> list[str]:
+        self._backend()
+        return [n for n in self.notes if set(n.lower().split()) & set(query.lower().split())]
+
+    def on_memory_write(self, action: str, target: str, content: str) -> None:
+        self._backend()
+        self.notes.append(content)
+
+    def probe(self) -> None:
+        self._backend()
+
+
+def test_status_is_active_again_once_the_backend_answers_whichever_hook_failed(tmp_path: Path) -> None:
+    flaky = _Flaky()
+    with MemoryManager(home=tmp_path, external=flaky, prefetch_timeout=2) as manager:
+        session = manager.start_session("s1")
+        flaky.down = True
+        session.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "Deploys run on Fridays"})
+        assert manager.drain(5)
+        status = external_status(manager, "flaky")
+        assert status["state"] == "degraded" and set(status["failing_hooks"]) == {"on_memory_write"}
+        manager.start_session("s2")  # setup hooks succeed without the backend: they prove nothing
+        assert external_status(manager, "flaky")["state"] == "degraded"
+        flaky.down = False
+        session.prefetch("when do deploys run?")  # the backend answers a recall: it is back
+        status = external_status(manager, "flaky")
+        assert status["state"] == "active" and "failing_hooks" not in status and status["failures"] == 1
+        assert status["last_failure"]["hook"] == "on_memory_write" and "recovered_at" in status["last_failure"]
+        flaky.down = True
+        session.prefetch("again?")
+        assert external_status(manager, "flaky")["state"] == "degraded"
+        flaky.down = False
+        assert manager.check_external() is not None  # what `ironmem status` runs: a probe that succeeds
+        assert external_status(manager, "flaky")["state"] == "active"

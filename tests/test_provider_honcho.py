@@ -338,7 +338,7 @@ def test_writes_unsent_at_shutdown_are_saved_and_sent_by_the_next_run(stub: Stub
         session.sync_turn("I am allergic to peanuts", "Noted.")
         session.sync_turn("I live in Oslo", "Noted.")
         session.end()
-        assert provider_status(manager, "honcho")["service"]["pending_writes"] == 2
+        assert provider_status(manager, "honcho")["writes"]["pending"] == 2
     saved = list((tmp_path / "home" / "honcho").glob("unsent-*.jsonl"))
     assert len(saved) == 1 and len(saved[0].read_text().splitlines()) == 2
     stub.clear_faults()

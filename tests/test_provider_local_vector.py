@@ -272,3 +272,34 @@ def test_driver_selection_explains_itself() -> None:
     conn.close()
     if not hasattr(sqlite3.connect(":memory:"), "enable_load_extension"):
         assert driver.__name__ != "sqlite3"  # this Python's sqlite3 cannot load extensions; a fallback was used
+
+
+def test_an_embedding_service_outage_queues_writes_and_they_land_when_it_answers(
+        embedding_server: Any, tmp_path: Path) -> None:
+    """The embedder is a real service on loopback (MiniLM); while it cannot be reached, turns and mirrored notes
+    wait in the outbox, and the first recall that works again sends them."""
+    import httpx
+    from servers import DelayProxy, free_port
+
+    port = free_port()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"input": texts}, timeout=10)
+        answer.raise_for_status()
+        return [item["embedding"] for item in answer.json()["data"]]
+
+    provider = LocalVectorProvider(embed, min_score=0.2)
+    with MemoryManager(home=tmp_path / "home", external=provider, prefetch_timeout=20) as manager:
+        session = manager.start_session("s1", user_id="ida")
+        session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ida grows tomatoes"})
+        session.sync_turn("My sister lives in Porto", "Nice city.")
+        assert manager.drain(20)
+        entry = next(p for p in manager.status()["providers"] if p["name"] == "local_vector")
+        assert entry["state"] == "degraded" and entry["writes"]["pending"] == 2
+        with DelayProxy(embedding_server.port, delay=0.0, port=port):  # the service answers again
+            session.prefetch("Where does my sister live?")
+            entry = next(p for p in manager.status()["providers"] if p["name"] == "local_vector")
+            assert entry["state"] == "active"
+            session.end()  # sends whatever the background replay has not sent yet
+            assert provider.count(user_id="ida") == 2
+            assert any("Porto" in hit["text"] for hit in provider.search("Where does my sister live?", user_id="ida"))

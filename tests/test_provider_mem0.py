@@ -44,6 +44,7 @@ def test_write_in_session_one_recall_in_session_two_through_prefetch(tmp_path: P
         s1.end()
         assert manager.status()["providers"][1] == {
             "name": "mem0", "kind": "external", "state": "active", "tools": ["mem0_search", "mem0_add", "mem0_forget"],
+            "writes": {"pending": 0},
         }
     # The store is on disk: Qdrant's local folder and mem0's history database.
     assert (tmp_path / "mem0" / "qdrant").is_dir() and (tmp_path / "mem0" / "history.db").is_file()

@@ -67,8 +67,8 @@ class TestSupermemory(HostedScenarios):
         return make(stub, **options)
 
     def user_turns(self, stub: StubServer, user: str) -> list[str]:
-        doc = fake(stub).documents[(f"ironmem_{user}", "ironmem-session-s-429")]["content"]
-        return [line.removeprefix("user: ") for line in doc.splitlines() if line.startswith("user: ")]
+        docs = [d["content"] for (ns, _doc), d in fake(stub).documents.items() if ns == f"ironmem_{user}"]
+        return [line.removeprefix("user: ") for doc in docs for line in doc.splitlines() if line.startswith("user: ")]
 
 
 def test_every_hook_and_tool_sends_requests_that_validate(stub: StubServer) -> None:

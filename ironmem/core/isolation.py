@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .provider import MemoryProvider
 from .security import redact_secrets
@@ -25,38 +25,85 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class ProviderHealth:
-    """What ``status()`` reports for one provider: degraded while any hook's last call failed."""
+    """What ``status()`` reports for one provider: the present truth, as the latest calls into it showed it.
+
+    The rule: a call that fails makes the provider ``degraded`` (``failing`` keeps each failed hook with its
+    reason, ``reason`` the latest). A later successful call that shows the backend answers makes it ``active``
+    again and clears every failing hook, whichever it was: a recall (``prefetch``) or a ``probe`` (the calls whose
+    job is to reach the backend), or any hook that has failed before (it has shown that it depends on the
+    backend). Any other successful call clears only its own hook: a hook that never failed may be a no-op for
+    this provider (the contract's default for the optional hooks), and a tool call returns its failures as a JSON
+    result (``tool:<name>`` hooks never prove anything). The last failure stays visible (``last_failure``, with the
+    time it was recovered from) and ``failures`` counts them all. Writes that failed during the outage are not
+    forgotten: the shipped providers keep them in their outbox (``writes`` in ``status``) and send them once the
+    backend answers.
+
+    Example:
+        >>> health = ProviderHealth("demo", "external")
+        >>> health.fail("on_memory_write", "on_memory_write raised ConnectionError: refused")
+        >>> health.ok("on_turn_start")  # a hook that never failed may be a no-op: it proves nothing
+        >>> health.state, health.reason
+        ('degraded', 'on_memory_write raised ConnectionError: refused')
+        >>> health.ok("prefetch")  # the backend answered a recall: it is back
+        >>> health.state, health.failing, health.failures
+        ('active', {}, 1)
+    """
+
+    #: Hooks whose success shows that the backend answers, even if they never failed (see the class docstring).
+    BACKEND_HOOKS: ClassVar[frozenset[str]] = frozenset({"prefetch", "probe"})
 
     name: str
     kind: str  # "builtin" | "external"
     reason: str = ""
     failures: int = 0
     last_failure_at: float | None = None
-    failing: dict[str, str] = field(default_factory=dict)  # hook -> why its last call failed
+    failing: dict[str, str] = field(default_factory=dict)  # hook -> why it failed, since the provider last answered
+    last_failure: dict[str, Any] | None = None  # {"hook", "reason", "at", "recovered_at"}
+    _failed_before: set[str] = field(default_factory=set, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def state(self) -> str:
         return "degraded" if self.failing else "active"
 
     def fail(self, hook: str, reason: str) -> None:
-        self.failing[hook] = reason
-        self.reason = reason
-        self.failures += 1
-        self.last_failure_at = time.time()
+        """A call of ``hook`` failed (raised, timed out, or was skipped behind a hung call)."""
+        now = time.time()
+        with self._lock:
+            self.failing[hook] = reason
+            self._failed_before.add(hook)
+            self.reason = reason
+            self.failures += 1
+            self.last_failure_at = now
+            self.last_failure = {"hook": hook, "reason": reason, "at": _iso(now)}
 
     def ok(self, hook: str) -> None:
-        self.failing.pop(hook, None)
-        if self.failing:
-            self.reason = next(reversed(self.failing.values()))
+        """A call of ``hook`` succeeded: it clears itself, and every failing hook when it shows that the backend
+        answers (:attr:`BACKEND_HOOKS`, or a hook other than a tool call that has failed before)."""
+        with self._lock:
+            self.failing.pop(hook, None)
+            answered = hook in self.BACKEND_HOOKS or (hook in self._failed_before and not hook.startswith("tool:"))
+            if self.failing and not answered:
+                return
+            if self.failures and self.last_failure is not None and "recovered_at" not in self.last_failure:
+                self.last_failure["recovered_at"] = _iso(time.time())
+            self.failing.clear()
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "state": self.state}
-        if self.failing:
-            out["reason"] = self.reason
-            out["failing_hooks"] = dict(self.failing)
-        if self.failures:
-            out["failures"] = self.failures
-        return out
+        with self._lock:
+            out: dict[str, Any] = {"name": self.name, "kind": self.kind, "state": self.state}
+            if self.failing:
+                out["reason"] = self.reason
+                out["failing_hooks"] = dict(self.failing)
+            if self.failures:
+                out["failures"] = self.failures
+                if not self.failing and self.last_failure is not None:
+                    out["last_failure"] = dict(self.last_failure)
+            return out
+
+
+def _iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 class Guard:

@@ -1,6 +1,7 @@
-"""What every shipped provider shares, whatever its backend: availability from one package, settings built from a
-settings object plus keyword overrides, ids safe for a backend, a turn as text, and the errors of a server that
-ironmem talks to but does not run (Hindsight, OpenViking).
+"""What every shipped provider shares, whatever its backend: availability from one package, the outbox of its
+writes (queued in order while the backend is down, saved under the memory home, replayed when it answers again:
+see ``_outbox.py``), settings built from a settings object plus keyword overrides, ids safe for a backend, a turn
+as text, and the errors of a server that ironmem talks to but does not run (Hindsight, OpenViking).
 
 Each provider keeps what differs (its API, payloads and messages' names); this module holds only logic that is
 the same for all of them.
@@ -19,15 +20,28 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
 from ..core.errors import ProviderUnavailableError
 from ..core.provider import MemoryProvider
+from ._outbox import DEFAULT_MAX_PENDING, Outbox
 
-__all__ = ["ProviderBase", "ServerErrors", "hashed_id", "http_url", "merged_settings", "turn_text"]
+__all__ = ["ProviderBase", "ServerErrors", "hashed_id", "http_url", "merged_settings", "refused_for_good",
+           "turn_text"]
+
+#: HTTP answers that say the request itself is wrong: sending the same write again can never succeed.
+_REFUSED_FOR_GOOD = frozenset({400, 413, 422})
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """True when the backend refused this write for good (HTTP 400, 413 or 422 in ``exc.status``): the outbox
+    drops it (and records it) instead of retrying it forever. Outages, auth and rate limits are retried."""
+    return getattr(exc, "status", None) in _REFUSED_FOR_GOOD
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,6 +62,24 @@ class ProviderBase(MemoryProvider):
 
     def is_available(self) -> bool:
         return not self.unavailable_reason
+
+    # -- the outbox: writes that wait for the backend ---------------------------------------------
+    outbox: Outbox
+
+    def _open_outbox(self, send: Callable[[dict[str, Any]], Any], *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        """Give the provider its outbox; ``send(record)`` performs one write (a JSON record) on the backend."""
+        self.outbox = Outbox(self.name, send, max_pending=max_pending, rejected=refused_for_good)
+
+    def _attach_outbox(self, ctx: dict[str, Any]) -> None:
+        """In ``initialize``: with a memory ``home``, queued writes are saved under ``<home>/<name>/`` and the ones
+        an earlier run left there are queued first."""
+        home = ctx.get("home")
+        if home:
+            self.outbox.attach(Path(str(home)) / self.name)
+
+    def status_info(self) -> dict[str, Any]:
+        """The provider's part of ``status()`` (no network): its queued writes."""
+        return {"writes": self.outbox.snapshot()}
 
 
 def merged_settings(model: type[M], settings: M | None, overrides: dict[str, Any]) -> M:
@@ -126,3 +158,10 @@ class ServerErrors:
         if isinstance(exc, TimeoutError) or "Timeout" in kind:
             return self.error(f"{self.label} server at {url} did not answer {what} within {timeout:g}s")
         return self.error(f"{self.label} {what} failed: {kind}: {text}")
+
+    def refused(self, what: str, status: int, detail: Any) -> ProviderUnavailableError:
+        """The server answered ``what`` with HTTP ``status``: an :attr:`error` carrying ``status`` (so the outbox
+        can tell a request refused for good from an outage)."""
+        error = self.error(f"{self.label} server refused {what}: HTTP {status} {str(detail)[:300]}")
+        error.status = status  # type: ignore[attr-defined]
+        return error

@@ -1,5 +1,5 @@
 """What the hosted-service providers (Honcho, Supermemory) share: one place that calls the service, says plainly
-what went wrong, backs off when rate limited, and keeps writes that failed until they can be sent.
+what went wrong and backs off when rate limited.
 
 - Every call goes through :meth:`HostedService.call`. A failure becomes an
   :class:`~ironmem.core.errors.ExternalServiceError` whose message names the service, the HTTP status and what
@@ -7,26 +7,23 @@ what went wrong, backs off when rate limited, and keeps writes that failed until
   ``status`` shows the reason.
 - HTTP 429: the service is not called again before its ``Retry-After`` has passed (capped by ``max_backoff``);
   calls fail fast in the meantime instead of piling up behind a sleeping SDK retry.
-- Writes (turns, mirrored notes) go through :meth:`HostedService.write`: queued in order, sent in order; one that
-  fails stays queued (bounded by ``max_pending``) and is sent before the next write or at session end. Writes
-  still queued at shutdown are saved as JSON lines (:meth:`HostedService.save_unsent`) and queued again by the
-  next process that opens the same memory home (:meth:`HostedService.claim_unsent`).
+- Writes (turns, mirrored notes) go through the provider's :class:`~ironmem.providers._outbox.Outbox`, as for
+  every shipped provider: ordered, saved under the memory home while the service does not take them, and sent
+  again as soon as a call succeeds (``on_answer``).
 - :meth:`HostedService.snapshot` is the service half of the provider's ``status_info()``.
 - :class:`HostedProvider` is what the two providers do alike around their SDK: settings from keyword options or
-  a Hermes JSON file with the key from the environment, saved writes claimed on the first session with a home,
-  ``status_info()``, tool calls whose failures become results, and a shutdown that saves what could not be sent.
+  a Hermes JSON file with the key from the environment, ``status_info()``, tool calls whose failures become
+  results, and a shutdown that saves what could not be sent.
 """
 
 from __future__ import annotations
 
-import collections
 import ipaddress
 import json
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +35,7 @@ from pydantic import BaseModel
 from ..core.errors import ConfigError, ExternalServiceError
 from ..core.provider import ToolSchema
 from ._base import ProviderBase
+from ._outbox import DEFAULT_MAX_PENDING
 from ._tools import err, run_tool
 
 __all__ = ["Failure", "HostedProvider", "HostedService", "clip_text", "is_local_url", "mask_secret",
@@ -99,14 +97,6 @@ _ADVICE = {
 }
 
 
-@dataclass
-class _Pending:
-    label: str
-    send: Callable[[], Any]
-    queued_at: float
-    record: dict[str, Any] | None = None  # the write as data, so it can be saved and replayed after a restart
-
-
 class HostedService:
     """Calls into one hosted service with failure classification, 429 back-off and an ordered write queue.
 
@@ -126,20 +116,17 @@ class HostedService:
     """
 
     def __init__(self, label: str, *, key_env: str, url: str, classify: Callable[[BaseException], Failure],
-                 timeout: float = 5.0, max_backoff: float = 300.0, max_pending: int = 200) -> None:
+                 timeout: float = 5.0, max_backoff: float = 300.0, on_answer: Callable[[], Any] | None = None) -> None:
         self.label = label
         self.key_env = key_env
         self.url = url
         self.timeout = timeout
         self.max_backoff = max_backoff
-        self.max_pending = max_pending
+        self.on_answer = on_answer
         self._classify = classify
         self._lock = threading.RLock()
-        self._write_lock = threading.Lock()
-        self._pending: collections.deque[_Pending] = collections.deque()
         self.requests = 0
         self.failures = 0
-        self.dropped_writes = 0
         self.last_ok_at: float | None = None
         self.last_failure_at: float | None = None
         self.last_error: str = ""
@@ -198,114 +185,9 @@ class HostedService:
         with self._lock:
             self.last_ok_at = time.time()
             self.last_error, self.last_kind = "", ""
+        if self.on_answer is not None:
+            self.on_answer()
         return result
-
-    # -- ordered writes --------------------------------------------------------------------------
-    def write(self, label: str, send: Callable[[], Any], record: dict[str, Any] | None = None) -> None:
-        """Queue one write and send every queued write in order; raises if any stays queued.
-
-        ``record`` is the write as JSON data; with it, a write still queued at shutdown is saved by
-        :meth:`save_unsent` and sent again by the next process (:meth:`claim_unsent`).
-        """
-        with self._write_lock:
-            self._enqueue(_Pending(label, send, time.time(), record))
-            self._flush_locked()
-
-    def _enqueue(self, item: _Pending, *, front: bool = False) -> None:
-        if len(self._pending) >= self.max_pending:
-            dropped = self._pending.popleft()
-            self.dropped_writes += 1
-            log.error("%s: write queue full (%d); dropped the oldest queued write (%s)",
-                      self.label, self.max_pending, dropped.label)
-        if front:
-            self._pending.appendleft(item)
-        else:
-            self._pending.append(item)
-
-    # -- writes that outlive the process ---------------------------------------------------------
-    def save_unsent(self, folder: Path) -> Path | None:
-        """Save queued writes (those with a record) to ``folder/unsent-*.jsonl``; returns the file, if any.
-
-        Called at shutdown. Writes without a record cannot be saved and are counted as dropped.
-        """
-        with self._write_lock:
-            items, self._pending = list(self._pending), collections.deque()
-        records = [i.record for i in items if i.record is not None]
-        lost = len(items) - len(records)
-        if lost:
-            self.dropped_writes += lost
-            log.error("%s: %d queued write(s) could not be saved for a retry", self.label, lost)
-        if not records:
-            return None
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"unsent-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        log.warning("%s: %d write(s) could not be sent; saved to %s and sent by the next session",
-                    self.label, len(records), path)
-        return path
-
-    def claim_unsent(self, folder: Path, replay: Callable[[dict[str, Any]], Callable[[], Any]]) -> int:
-        """Queue the writes an earlier process saved in ``folder`` (each file is claimed by one process only).
-
-        They go to the front of the queue, oldest file first, and are sent with the next write or flush.
-        """
-        if not folder.is_dir():
-            return 0
-        claimed: list[dict[str, Any]] = []
-        for path in sorted(folder.glob("unsent-*.jsonl")):
-            mine = path.with_name(f"claimed-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
-            try:
-                os.rename(path, mine)  # atomic: if another process got there first, this fails
-            except OSError:
-                continue
-            try:
-                lines = mine.read_text(encoding="utf-8").splitlines()
-            except OSError as exc:
-                log.error("%s: cannot read saved writes %s: %s", self.label, mine, exc)
-                continue
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    log.error("%s: skipped a damaged line in %s", self.label, mine)
-                    continue
-                if isinstance(record, dict):
-                    claimed.append(record)
-            mine.unlink(missing_ok=True)
-        with self._write_lock:
-            for record in reversed(claimed):
-                self._enqueue(_Pending(str(record.get("op", "saved write")), replay(record), time.time(), record),
-                              front=True)
-        if claimed:
-            log.info("%s: %d saved write(s) from an earlier run queued for sending", self.label, len(claimed))
-        return len(claimed)
-
-    def flush(self) -> None:
-        """Send queued writes in order; raises :class:`ExternalServiceError` if some stay queued."""
-        with self._write_lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        while self._pending:
-            item = self._pending[0]
-            try:
-                self.call(item.label, item.send)
-            except ExternalServiceError as exc:
-                count = len(self._pending)
-                raise ExternalServiceError(
-                    f"{exc}; {count} write(s) queued, sent again before the next write or at session end",
-                    kind=exc.kind, status=exc.status, retry_after=exc.retry_after,
-                ) from exc
-            self._pending.popleft()
-
-    @property
-    def pending_writes(self) -> int:
-        return len(self._pending)
 
     # -- status ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -328,10 +210,6 @@ class HostedService:
                 out["last_ok"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_ok_at))
             if state == "rate_limited":
                 out["retry_after_s"] = round(self.blocked_for(), 1)
-            if self._pending:
-                out["pending_writes"] = len(self._pending)
-            if self.dropped_writes:
-                out["dropped_writes"] = self.dropped_writes
             return out
 
 
@@ -417,9 +295,10 @@ class HostedProvider(ProviderBase, Generic[S]):
     """The part of a hosted-service provider (Honcho, Supermemory) that does not depend on the service.
 
     A subclass sets ``name``, ``requires``, ``settings_model``, ``env_aliases`` and ``env_options``; its
-    ``__init__`` calls this one first, then sets ``self.service`` (a :class:`HostedService`) and
-    ``self._current_user``; it provides ``base_url``, ``tool_schemas``, ``_tool`` (one known tool's call),
-    ``_replay`` (the send function of a saved write) and ``_config_info`` (its part of ``status_info``).
+    ``__init__`` calls this one first, then sets ``self.service`` (a :class:`HostedService` whose ``on_answer`` is
+    ``self.outbox.replay_soon``) and ``self._current_user``; its ``initialize`` calls ``_attach_outbox``; it
+    provides ``base_url``, ``tool_schemas``, ``_tool`` (one known tool's call), ``_replay`` (the send function of a
+    queued write, a JSON record) and ``_config_info`` (its part of ``status_info``).
     """
 
     #: Settings that keyword construction and ``from_hermes_config`` take from ``env_aliases``'s variables.
@@ -452,7 +331,7 @@ class HostedProvider(ProviderBase, Generic[S]):
         self._client: Any = None
         self._http: Any = None
         self._users: dict[str, str] = {}
-        self._unsent_dir: Path | None = None
+        self._open_outbox(self._send_write, max_pending=getattr(self.settings, "max_pending_writes", DEFAULT_MAX_PENDING))
 
     @classmethod
     def _from_file(cls, data: dict[str, Any]) -> Any:
@@ -473,21 +352,16 @@ class HostedProvider(ProviderBase, Generic[S]):
         raise NotImplementedError
 
     # -- sessions -------------------------------------------------------------------------------
-    def _claim_saved_writes(self, ctx: dict[str, Any]) -> None:
-        """On the first session with a ``home``: queue the writes an earlier process saved under ``home/<name>``."""
-        with self._lock:
-            first = self._unsent_dir is None and bool(ctx.get("home"))
-            if first:
-                self._unsent_dir = Path(str(ctx["home"])) / self.name
-        if first and self._unsent_dir is not None:
-            self.service.claim_unsent(self._unsent_dir, self._replay)
+    def _send_write(self, record: dict[str, Any]) -> None:
+        """The outbox's sender: one queued write, through :meth:`HostedService.call`."""
+        self.service.call(str(record.get("op", "write")), self._replay(record))
 
     def _replay(self, record: dict[str, Any]) -> Callable[[], Any]:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def on_session_end(self, session_id: str) -> None:
         try:
-            self.service.flush()
+            self.outbox.drain()
         finally:
             with self._lock:
                 self._forget_session(session_id)
@@ -524,19 +398,14 @@ class HostedProvider(ProviderBase, Generic[S]):
             config["config_file"] = s.config_file
         if s.ignored_keys:
             config["ignored_keys"] = list(s.ignored_keys)
-        return {"config": config, "service": self.service.snapshot()}
+        return {"config": config, "service": self.service.snapshot(), **super().status_info()}
 
     def _config_info(self) -> dict[str, Any]:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def shutdown(self) -> None:
         """Send what is queued; what cannot be sent is saved for the next process. Then close the HTTP client."""
-        if self.service.pending_writes:
-            try:
-                self.service.flush()
-            except ExternalServiceError:
-                if self._unsent_dir is not None:
-                    self.service.save_unsent(self._unsent_dir)
+        self.outbox.close()
         with self._lock:
             http, self._http, self._client = self._http, None, None
         if http is not None:

@@ -10,7 +10,8 @@ What ironmem does with it:
   default the raw facts ``world`` and ``experience``: without a server-side LLM, Hindsight builds no
   ``observation``, so Hermes's default ``observation`` would recall nothing).
 - ``sync_turn`` retains each exchange (``User: ... / Assistant: ...``), every ``retain_every_n_turns`` turns;
-  the rest is flushed by ``on_session_end``.
+  the rest is flushed by ``on_session_end``. Retains go through the provider's outbox: while the server is down
+  they wait, in order (saved under ``<home>/hindsight/``), and are sent as soon as it answers again.
 - built-in ``memory`` additions are mirrored as retained facts (replace/remove are not: Hindsight facts carry no
   id ironmem could match, the same limit as Hermes's plugin).
 - tools ``hindsight_retain`` and ``hindsight_recall``; ``hindsight_reflect`` (LLM synthesis) only with
@@ -20,7 +21,7 @@ Banks: ``bank_id_template`` (default ``{bank_id}-{user}``) gives every user a ba
 placeholder collapses (``ironmem-{user}`` with no user is ``ironmem``).
 
 The client is async (aiohttp); the provider runs it on one private loop thread, so the sync hooks work from the
-manager's worker threads and the async twins (``aprefetch``, ``async_turn``, ``ahandle_tool_call``) await it
+manager's worker threads and the async twins (``aprefetch``, ``arecall``) await it
 without blocking the caller's loop.
 
 Example:
@@ -61,8 +62,6 @@ T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8888"
 CLOUD_URL = "https://api.hindsight.vectorize.io"
 FACT_TYPES = ("world", "experience", "observation")
-#: Turns kept per session while the server cannot take them (retried with the next turn or at session end).
-MAX_PENDING = 200
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 RETAIN_TOOL = ToolSchema(
@@ -255,8 +254,8 @@ class HindsightProvider(ProviderBase):
         self._lock = threading.RLock()
         self._users: dict[str, str] = {}
         self._current_session = ""
-        self._pending: dict[str, list[str]] = {}
-        self._turns: dict[str, int] = {}
+        self._batch: dict[str, list[str]] = {}  # turns waiting for retain_every_n_turns
+        self._open_outbox(self._send)
 
     # -- config ---------------------------------------------------------------------------------
     @classmethod
@@ -283,7 +282,7 @@ class HindsightProvider(ProviderBase):
         with self._lock:
             self._users[session_id] = user
             self._current_session = session_id
-            self._turns.setdefault(session_id, 0)
+        self._attach_outbox(ctx)
         if self._client is None:
             try:
                 self._loop.submit(self._get_client)  # warm up on the provider's loop; the first call queues behind it
@@ -332,24 +331,27 @@ class HindsightProvider(ProviderBase):
             return await factory(await self._get_client())
 
         try:
-            return self._loop.run(run, timeout=self.settings.timeout)
+            result = self._loop.run(run, timeout=self.settings.timeout)
         except Exception as exc:
             raise self._explain(what, exc) from exc
+        self.outbox.replay_soon()  # the server answers: send what waits for it
+        return result
 
     async def _acall(self, what: str, factory: Callable[[Any], Awaitable[T]]) -> T:
         async def run() -> T:
             return await factory(await self._get_client())
 
         try:
-            return await self._loop.arun(run, timeout=self.settings.timeout)
+            result = await self._loop.arun(run, timeout=self.settings.timeout)
         except Exception as exc:
             raise self._explain(what, exc) from exc
+        self.outbox.replay_soon()
+        return result
 
     def _explain(self, what: str, exc: BaseException) -> BaseException:
         status = getattr(exc, "status", None)
         if status is not None and not isinstance(exc, HindsightUnavailableError):  # the server answered: an error
-            body = getattr(exc, "body", None) or getattr(exc, "reason", "") or ""
-            return HindsightUnavailableError(f"Hindsight server refused {what}: HTTP {status} {str(body)[:300]}")
+            return _ERRORS.refused(what, status, getattr(exc, "body", None) or getattr(exc, "reason", "") or "")
         text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         return _ERRORS.explain(what, exc, url=self.settings.api_url, timeout=self.settings.timeout, detail=text)
 
@@ -403,95 +405,74 @@ class HindsightProvider(ProviderBase):
         return [f["text"] for f in await self.arecall(query, session_id=session_id)]
 
     # -- retain -----------------------------------------------------------------------------------
-    def _retain_args(self, content: str, *, session_id: str, context: str, tags: list[str]) -> dict[str, Any]:
+    def _retain_record(self, content: str, *, session_id: str, context: str, tags: list[str]) -> dict[str, Any]:
+        """One retain as a JSON record (what the outbox queues, saves and replays); secrets masked here."""
         all_tags = list(dict.fromkeys([*self.settings.retain_tags, *tags]))
         return {
+            "op": "retain",
             "bank_id": self._bank(session_id),
             "content": redact_secrets(content),
             "context": context,
-            "timestamp": datetime.now(UTC),
+            "timestamp": datetime.now(UTC).isoformat(),
             "tags": all_tags or None,
             "metadata": {"session_id": session_id} if session_id else None,
             "retain_async": self.settings.retain_async,
         }
 
+    def _send(self, record: dict[str, Any]) -> Any:
+        """Send one retain record (the outbox's sender)."""
+        args = {k: v for k, v in record.items() if k != "op"}
+        args["timestamp"] = datetime.fromisoformat(str(record["timestamp"]))
+        return self._call("retain", lambda c: c.aretain(**args))
+
     def retain(self, content: str, *, session_id: str = "", context: str | None = None,
                tags: list[str] | None = None) -> dict[str, Any]:
-        """Store ``content`` in the session user's bank. Returns ``{bank_id, items}``."""
-        args = self._retain_args(content, session_id=session_id or self._current_session,
-                                 context=context or self.settings.retain_context, tags=tags or [])
-        response = self._call("retain", lambda c: c.aretain(**args))
-        return {"bank_id": args["bank_id"], "items": getattr(response, "items_count", None)}
-
-    async def aretain(self, content: str, *, session_id: str = "", context: str | None = None,
-                      tags: list[str] | None = None) -> dict[str, Any]:
-        args = self._retain_args(content, session_id=session_id or self._current_session,
-                                 context=context or self.settings.retain_context, tags=tags or [])
-        response = await self._acall("retain", lambda c: c.aretain(**args))
-        return {"bank_id": args["bank_id"], "items": getattr(response, "items_count", None)}
+        """Store ``content`` in the session user's bank now (not queued). Returns ``{bank_id, items}``."""
+        record = self._retain_record(content, session_id=session_id or self._current_session,
+                                     context=context or self.settings.retain_context, tags=tags or [])
+        return {"bank_id": record["bank_id"], "items": getattr(self._send(record), "items_count", None)}
 
     def _queue_turn(self, user: str, assistant: str, session_id: str) -> str | None:
-        """Add a turn to the session's buffer; the text to retain now, or None to wait for more turns."""
+        """Add a turn to the session's batch; the text to retain now, or None to wait for more turns."""
         text = turn_text(user, assistant, (self.settings.retain_user_prefix, self.settings.retain_assistant_prefix))
         if not text or not self.settings.auto_retain or self.settings.memory_mode == "tools":
             return None
         with self._lock:
-            pending = self._pending.setdefault(session_id, [])
-            pending.append(text)
-            self._turns[session_id] = self._turns.get(session_id, 0) + 1
-            if len(pending) < self.settings.retain_every_n_turns:
+            batch = self._batch.setdefault(session_id, [])
+            batch.append(text)
+            if len(batch) < self.settings.retain_every_n_turns:
                 return None
-            self._pending[session_id] = []
-        return "\n\n".join(pending)
+            self._batch[session_id] = []
+        return "\n\n".join(batch)
 
-    def _requeue(self, session_id: str, text: str) -> None:
-        """A retain failed: keep its text for the next one (bounded), so a short outage loses no turn."""
-        with self._lock:
-            pending = self._pending.setdefault(session_id, [])
-            pending.insert(0, text)
-            if len(pending) > MAX_PENDING:
-                del pending[: len(pending) - MAX_PENDING]
-                log.warning("hindsight: more than %d turns of session %r wait for the server; dropping the oldest",
-                            MAX_PENDING, session_id)
+    def _retain_turns(self, text: str, session_id: str) -> None:
+        self.outbox.write(self._retain_record(text, session_id=session_id, context=self.settings.retain_context,
+                                              tags=[f"session:{_safe(session_id)}"]))
 
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
         text = self._queue_turn(user, assistant, session_id)
         if text:
-            try:
-                self.retain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
-            except Exception:
-                self._requeue(session_id, text)
-                raise
-
-    async def async_turn(self, user: str, assistant: str, *, session_id: str) -> None:
-        text = self._queue_turn(user, assistant, session_id)
-        if text:
-            try:
-                await self.aretain(text, session_id=session_id, tags=[f"session:{_safe(session_id)}"])
-            except Exception:
-                self._requeue(session_id, text)
-                raise
+            self._retain_turns(text, session_id)
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
         if not self.settings.mirror_builtin or action != "add" or not (content or "").strip():
             return
         about = "the user's profile" if target == "user" else "the agent's notes"
-        self.retain(content, context=f"an entry of {about}, saved with the built-in memory tool",
-                    tags=[f"ironmem:{target}"])
+        self.outbox.write(self._retain_record(
+            content, session_id=self._current_session, tags=[f"ironmem:{target}"],
+            context=f"an entry of {about}, saved with the built-in memory tool"))
 
     def on_session_end(self, session_id: str) -> None:
         with self._lock:
-            pending = self._pending.pop(session_id, [])
-            self._turns.pop(session_id, None)
-        if pending:
-            try:
-                self.retain("\n\n".join(pending), session_id=session_id, tags=[f"session:{_safe(session_id)}"])
-            except Exception:
-                with self._lock:  # keep them: a later session end of this id, or a later turn, retries
-                    self._pending.setdefault(session_id, [])[:0] = pending
-                raise
-        with self._lock:
-            self._users.pop(session_id, None)
+            batch = self._batch.pop(session_id, [])
+        try:
+            if batch:
+                self._retain_turns("\n\n".join(batch), session_id)
+            else:
+                self.outbox.drain()
+        finally:
+            with self._lock:
+                self._users.pop(session_id, None)
 
     # -- tools ------------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
@@ -525,6 +506,10 @@ class HindsightProvider(ProviderBase):
             return {"ok": False, "url": self.settings.api_url, "error": str(exc)}
         return {"ok": True, "url": self.settings.api_url, "api_version": getattr(version, "api_version", None)}
 
+    def probe(self) -> None:
+        """One cheap request (the server's version); raises :class:`HindsightUnavailableError` saying why."""
+        self._call("a version check", lambda c: c.aget_version())
+
     def status(self) -> dict[str, Any]:
         """What this provider is configured to do (no network)."""
         s = self.settings
@@ -536,6 +521,7 @@ class HindsightProvider(ProviderBase):
             if self._client is not None:
                 await self._client.aclose()
 
+        self.outbox.close()
         self._loop.close(close)
 
     def __repr__(self) -> str:

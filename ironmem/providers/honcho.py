@@ -235,7 +235,7 @@ class HonchoProvider(HostedProvider[HonchoSettings]):
         self._current_user = safe_id(self.settings.peer_name, what="peer_name")
         self.service = HostedService(
             "Honcho", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=self.settings.timeout,
-            max_pending=self.settings.max_pending_writes,
+            on_answer=self.outbox.replay_soon,
         )
 
     # -- config ---------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class HonchoProvider(HostedProvider[HonchoSettings]):
         with self._lock:
             self._users[session_id] = user
             self._current_user = user
-        self._claim_saved_writes(ctx)
+        self._attach_outbox(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         if self.settings.recall_mode == "context":
@@ -391,7 +391,7 @@ class HonchoProvider(HostedProvider[HonchoSettings]):
         if not parts:
             return
         record = {"op": "sync_turn", "session_id": session_id, "parts": parts}
-        self.service.write("sync_turn", self._replay(record), record)
+        self.outbox.write(record)
 
     def _send_messages(self, session_id: str, parts: list[list[str]]) -> None:
         from honcho.api_types import MessageCreateParams
@@ -420,7 +420,7 @@ class HonchoProvider(HostedProvider[HonchoSettings]):
         op = {"add": "conclude", "replace": "conclude", "remove": "unconclude"}.get(action)
         if op is not None:
             record = {"op": op, "content": content, "about": about}
-            self.service.write(f"{op} note", self._replay(record), record)
+            self.outbox.write(record)
 
     def _forget_conclusion(self, content: str, *, about: str) -> int:
         """Delete the AI peer's conclusions about ``about`` whose text is exactly ``content`` (a removed note)."""

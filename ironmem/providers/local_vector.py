@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..core.embedding import Embedder, as_embedder, describe_embedder
 from ..core.errors import InvalidArgumentError, ProviderUnavailableError
 from ..core.provider import ToolSchema
-from ._base import ProviderBase
+from ._base import ProviderBase, turn_text
 from ._tools import err as _err
 from ._tools import ok as _ok
 from ._tools import run_tool, search_result, search_schema
@@ -196,6 +196,7 @@ class LocalVectorProvider(ProviderBase):
         self._dims: int | None = None
         self._lock = threading.RLock()
         self._users: dict[str, str] = {}  # session id -> user id
+        self._open_outbox(self._send)
         self._current_user = default_user_id
         self._closed = False
 
@@ -255,6 +256,8 @@ class LocalVectorProvider(ProviderBase):
                 if not home:
                     raise InvalidArgumentError("LocalVectorProvider needs path=... or a home in initialize(..., home=...)")
                 self.path = Path(home) / DB_FILE
+        self._attach_outbox(ctx)  # first: writes made while the store or the embedder is down are kept
+        with self._lock:
             self._open()
 
     def tool_schemas(self) -> list[ToolSchema]:
@@ -396,6 +399,7 @@ class LocalVectorProvider(ProviderBase):
         with self._lock:
             conn = self._open()
             hits = self._knn(conn, vector, user, limit or self.top_k)
+        self.outbox.replay_soon()  # the embedder and the store answer: send what waits for them
         return [{"id": i, "text": t, "score": round(s, 4)} for i, t, s in hits if s >= floor]
 
     def forget(self, memory_id: int, *, user_id: str | None = None) -> bool:
@@ -422,33 +426,39 @@ class LocalVectorProvider(ProviderBase):
         return [hit["text"] for hit in self.search(query, user_id=self._user(session_id))]
 
     def sync_turn(self, user: str, assistant: str, *, session_id: str) -> None:
-        if not self.sync_turns:
-            return
-        parts = []
-        if (user or "").strip():
-            parts.append(f"User: {user.strip()}")
-        if (assistant or "").strip():
-            parts.append(f"Assistant: {assistant.strip()}")
-        if parts:
-            self.add("\n".join(parts), source="turn", session_id=session_id, user_id=self._user(session_id))
+        text = turn_text(user, assistant, ("User", "Assistant")) if self.sync_turns else ""
+        if text:
+            self.outbox.write({"op": "add", "user": self._user(session_id), "text": text, "source": "turn",
+                               "target": None, "session": session_id})
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
-        if not self.mirror_builtin or not (content or "").strip():
+        if not self.mirror_builtin or not (content or "").strip() or action not in ("add", "replace", "remove"):
             return
-        user = self._current_user
-        if action in ("add", "replace"):
-            self.add(content, source="builtin", target=target, user_id=user)
-        elif action == "remove":
+        if action == "remove":
+            self.outbox.write({"op": "remove", "user": self._current_user, "target": target, "text": content})
+        else:
+            self.outbox.write({"op": "add", "user": self._current_user, "text": content, "source": "builtin",
+                               "target": target, "session": None})
+
+    def _send(self, record: dict[str, Any]) -> None:
+        """Perform one queued write (the outbox's sender): a turn or note to store, or a removed note."""
+        op, user = record.get("op"), str(record["user"])
+        if op == "add":
+            self.add(str(record["text"]), user_id=user, source=str(record["source"]), target=record["target"],
+                     session_id=record["session"])
+        elif op == "remove":
             with self._lock:
                 conn = self._open()
                 rows = conn.execute(
                     "SELECT id FROM memories WHERE user_id = ? AND source = 'builtin' AND target = ? AND instr(text, ?) > 0",
-                    (user, target, content.strip()),
+                    (user, record["target"], str(record["text"]).strip()),
                 ).fetchall()
                 with conn:
                     for (mem_id,) in rows:
                         conn.execute("DELETE FROM memories WHERE id = ?", (mem_id,))
                         conn.execute("DELETE FROM vectors WHERE rowid = ?", (mem_id,))
+        else:
+            log.error("local_vector: skipped a queued write of unknown kind %r", op)
 
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
         return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="local_vector")
@@ -474,10 +484,14 @@ class LocalVectorProvider(ProviderBase):
         return _err(f"unknown tool {name!r}; {self.name} provides {SEARCH_TOOL.name} and {WRITE_TOOL.name}")
 
     def on_session_end(self, session_id: str) -> None:
-        with self._lock:
-            self._users.pop(session_id, None)
+        try:
+            self.outbox.drain()
+        finally:
+            with self._lock:
+                self._users.pop(session_id, None)
 
     def shutdown(self) -> None:
+        self.outbox.close()
         with self._lock:
             if self._conn is not None:
                 try:

@@ -361,6 +361,7 @@ class Mem0Provider(ProviderBase):
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._lock = threading.RLock()
         self._users: dict[str, str] = {}
+        self._open_outbox(self._send)
         self._current_user = default_user_id
 
     @property
@@ -445,6 +446,7 @@ class Mem0Provider(ProviderBase):
             self._current_user = user
             if self.path is None and ctx.get("home"):
                 self.path = Path(ctx["home"]) / "mem0"
+        self._attach_outbox(ctx)
         self._open()
 
     def tool_schemas(self) -> list[ToolSchema]:
@@ -571,6 +573,7 @@ class Mem0Provider(ProviderBase):
         with self._lock:
             hits = self._open().search(query, user_id=user_id or self._current_user, agent_id=self.agent_id,
                                        top_k=limit or self.top_k)
+        self.outbox.replay_soon()  # the store answers: send what waits for it
         return [{"id": h.get("id"), "memory": h.get("memory", ""), "score": h.get("score")} for h in hits if h.get("memory")]
 
     def forget(self, memory_id: str, *, user_id: str | None = None) -> bool:
@@ -595,25 +598,36 @@ class Mem0Provider(ProviderBase):
         if not self.sync_turns:
             return
         messages = [{"role": r, "content": c.strip()} for r, c in (("user", user), ("assistant", assistant)) if (c or "").strip()]
-        if not messages:
-            return
-        with self._lock:
-            self._open().add(messages, user_id=self._user(session_id), agent_id=self.agent_id,
-                             metadata={_SOURCE_KEY: "turn", "session_id": session_id}, infer=self.infer)
+        if messages:
+            self.outbox.write({"op": "turn", "user": self._user(session_id), "session": session_id,
+                               "messages": messages})
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
-        if not self.mirror_builtin or not (content or "").strip():
+        if not self.mirror_builtin or not (content or "").strip() or action not in ("add", "replace", "remove"):
             return
-        if action in ("add", "replace"):
-            self.add(content, source="builtin", target=target, infer=False)
-        elif action == "remove":
-            user = self._current_user
+        op = "remove" if action == "remove" else "add"
+        self.outbox.write({"op": op, "user": self._current_user, "target": target, "content": content})
+
+    def _send(self, record: dict[str, Any]) -> None:
+        """Perform one queued write (the outbox's sender): a turn, a mirrored note, or a removed note."""
+        op, user = record.get("op"), str(record["user"])
+        if op == "turn":
+            with self._lock:
+                self._open().add(list(record["messages"]), user_id=user, agent_id=self.agent_id,
+                                 metadata={_SOURCE_KEY: "turn", "session_id": record["session"]}, infer=self.infer)
+        elif op == "add":
+            self.add(str(record["content"]), user_id=user, source="builtin", target=record["target"], infer=False)
+        elif op == "remove":
+            content = str(record["content"]).strip()
             with self._lock:
                 backend = self._open()
                 for item in backend.get_all(user_id=user, agent_id=self.agent_id):
                     meta = item.get("metadata") or {}
-                    if meta.get(_SOURCE_KEY) == "builtin" and meta.get("target") == target and content.strip() in (item.get("memory") or ""):
+                    if meta.get(_SOURCE_KEY) == "builtin" and meta.get("target") == record["target"] \
+                            and content in (item.get("memory") or ""):
                         backend.delete(item["id"])
+        else:
+            log.error("mem0: skipped a queued write of unknown kind %r", op)
 
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
         return run_tool(name, args, lambda a: self._tool(name, a), log=log, label="mem0")
@@ -637,10 +651,14 @@ class Mem0Provider(ProviderBase):
         return _err(f"unknown tool {name!r}; mem0 provides mem0_search, mem0_add and mem0_forget")
 
     def on_session_end(self, session_id: str) -> None:
-        with self._lock:
-            self._users.pop(session_id, None)
+        try:
+            self.outbox.drain()
+        finally:
+            with self._lock:
+                self._users.pop(session_id, None)
 
     def shutdown(self) -> None:
+        self.outbox.close()
         with self._lock:
             backend, self._backend = self._backend, None
             finalizer, self._finalizer = self._finalizer, None

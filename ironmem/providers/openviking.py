@@ -16,6 +16,8 @@ What ironmem does with it (all of it works without an LLM on the server):
   (ingesting URLs and documents) is not offered: it fetches from the network and its parsing needs a VLM.
 - ``session_commit: true`` also sends each turn to an OpenViking session and commits it at session end, which
   lets the server's own memory extraction run; that extraction needs an LLM (VLM) configured on the server.
+- turn files, mirrored additions and session messages go through the provider's outbox: while the server is down
+  they wait, in order (saved under ``<home>/openviking/``), and are sent as soon as it answers again.
 
 Config: the ``openviking`` section takes Hermes's keys (``endpoint``/``url``, ``api_key``, ``account``,
 ``user``, ``agent``/``actor_peer_id``). The design article describes keys ``db_path``, ``embedding_model`` and
@@ -218,6 +220,7 @@ class OpenVikingProvider(ProviderBase):
         self._current_session = ""
         self._sessions: dict[str, str] = {}  # ironmem session -> OpenViking session id
         self._closed = False
+        self._open_outbox(self._send)
 
     @classmethod
     def from_config(cls, settings: OpenVikingSettings, *, home: Path) -> OpenVikingProvider:
@@ -230,6 +233,7 @@ class OpenVikingProvider(ProviderBase):
         with self._lock:
             self._users[session_id] = user
             self._current_session = session_id
+        self._attach_outbox(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         return list(ALL_TOOLS)
@@ -286,7 +290,9 @@ class OpenVikingProvider(ProviderBase):
             response = self._http().request(method, path, headers=self._headers(user), **kwargs)
         except Exception as exc:
             raise self._explain(what, exc) from exc
-        return self._result(response, what)
+        result = self._result(response, what)
+        self.outbox.replay_soon()  # the server answers: send what waits for it
+        return result
 
     def _result(self, response: Any, what: str) -> Any:
         try:
@@ -296,22 +302,45 @@ class OpenVikingProvider(ProviderBase):
         if response.status_code >= 400 or (isinstance(body, dict) and body.get("status") == "error"):
             error = body.get("error") if isinstance(body, dict) else None
             message = (error or {}).get("message") if isinstance(error, dict) else (error or body)
-            raise OpenVikingUnavailableError(
-                f"OpenViking refused {what}: HTTP {response.status_code} {str(message)[:300]}")
+            raise _ERRORS.refused(what, response.status_code, message)
         return body.get("result") if isinstance(body, dict) and "result" in body else body
 
     def _explain(self, what: str, exc: BaseException) -> BaseException:
         return _ERRORS.explain(what, exc, url=self.settings.url, timeout=self.settings.timeout)
 
     # -- operations -----------------------------------------------------------------------------
-    def write(self, content: str, *, session_id: str = "", kind: str = "facts") -> str:
-        """Write ``content`` as a new memory file; returns its URI."""
+    def _write_record(self, content: str, *, session_id: str, kind: str) -> dict[str, Any]:
+        """A new memory file as a JSON record (what the outbox queues, saves and replays); secrets masked here."""
         user = self.user_of(session_id)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         uri = f"{self.memory_root(user)}/{kind}/{stamp}-{uuid.uuid4().hex[:8]}.md"
-        body = {"uri": uri, "content": redact_secrets(content), "mode": "create", "wait": self.settings.wait_indexed}
-        result = self._request("POST", "/api/v1/content/write", "write", user=user, json=body)
-        return str((result or {}).get("uri") or uri) if isinstance(result, dict) else uri
+        return {"op": "write", "user": user, "uri": uri, "content": redact_secrets(content)}
+
+    def _send(self, record: dict[str, Any]) -> Any:
+        """Send one queued record: a memory file, a session message or a session commit (the outbox's sender)."""
+        user, op = str(record["user"]), record.get("op")
+        if op == "write":
+            body = {"uri": record["uri"], "content": record["content"], "mode": "create",
+                    "wait": self.settings.wait_indexed}
+            return self._request("POST", "/api/v1/content/write", "write", user=user, json=body)
+        if op == "message":
+            ov_session = self._session_for(str(record["session"]), user)
+            return self._request("POST", f"/api/v1/sessions/{ov_session}/messages", "add_message", user=user,
+                                 json={"role": record["role"], "content": record["content"]})
+        if op == "commit":
+            with self._lock:
+                committed: str | None = self._sessions.pop(str(record["session"]), None)
+            if committed is not None:
+                self._request("POST", f"/api/v1/sessions/{committed}/commit", "commit", user=user, json={})
+            return None
+        log.error("openviking: skipped a queued write of unknown kind %r", op)
+        return None
+
+    def write(self, content: str, *, session_id: str = "", kind: str = "facts") -> str:
+        """Write ``content`` as a new memory file now (not queued); returns its URI."""
+        record = self._write_record(content, session_id=session_id, kind=kind)
+        result = self._send(record)
+        return str((result or {}).get("uri") or record["uri"]) if isinstance(result, dict) else str(record["uri"])
 
     def _find_body(self, query: str, user: str, limit: int) -> dict[str, Any]:
         body: dict[str, Any] = {"query": redact_secrets(query)[:2000], "target_uri": self.memory_root(user),
@@ -365,37 +394,39 @@ class OpenVikingProvider(ProviderBase):
         text = turn_text(user, assistant, ("User", "Assistant"))
         if not text:
             return
+        records = []
         if self.settings.sync_turns:
-            self.write(text, session_id=session_id, kind=f"turns/{_safe(session_id) or 'default'}")
+            records.append(self._write_record(text, session_id=session_id,
+                                              kind=f"turns/{_safe(session_id) or 'default'}"))
         if self.settings.session_commit:
-            ov_session = self._session_for(session_id)
             who = self.user_of(session_id)
-            for role, content in (("user", user), ("assistant", assistant)):
-                if (content or "").strip():
-                    self._request("POST", f"/api/v1/sessions/{ov_session}/messages", "add_message", user=who,
-                                  json={"role": role, "content": redact_secrets(content)})
+            records += [{"op": "message", "user": who, "session": session_id, "role": role,
+                         "content": redact_secrets(content)}
+                        for role, content in (("user", user), ("assistant", assistant)) if (content or "").strip()]
+        for record in records:
+            self.outbox.write(record)
 
-    def _session_for(self, session_id: str) -> str:
+    def _session_for(self, session_id: str, user: str) -> str:
         with self._lock:
             if session_id not in self._sessions:
-                result = self._request("POST", "/api/v1/sessions", "create_session", user=self.user_of(session_id),
-                                       json={})
+                result = self._request("POST", "/api/v1/sessions", "create_session", user=user, json={})
                 sid = (result or {}).get("session_id") if isinstance(result, dict) else None
                 self._sessions[session_id] = str(sid or uuid.uuid4().hex)
             return self._sessions[session_id]
 
     def on_memory_write(self, action: str, target: str, content: str) -> None:
         if self.settings.mirror_builtin and action == "add" and (content or "").strip():
-            self.write(content, kind="profile" if target == "user" else "notes")
+            self.outbox.write(self._write_record(content, session_id="", kind="profile" if target == "user" else "notes"))
 
     def on_session_end(self, session_id: str) -> None:
-        with self._lock:
-            ov_session = self._sessions.pop(session_id, None)
-        if ov_session is not None:
-            self._request("POST", f"/api/v1/sessions/{ov_session}/commit", "commit", user=self.user_of(session_id),
-                          json={})
-        with self._lock:
-            self._users.pop(session_id, None)
+        try:
+            if self.settings.session_commit:  # after the session's messages, in the outbox's order
+                self.outbox.write({"op": "commit", "user": self.user_of(session_id), "session": session_id})
+            else:
+                self.outbox.drain()
+        finally:
+            with self._lock:
+                self._users.pop(session_id, None)
 
     # -- tools ----------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
@@ -431,6 +462,10 @@ class OpenVikingProvider(ProviderBase):
         return _err(f"unknown tool {name!r}; OpenViking provides {', '.join(t.name for t in ALL_TOOLS)}")
 
     # -- health -----------------------------------------------------------------------------------
+    def probe(self) -> None:
+        """One cheap request (``/health``); raises :class:`OpenVikingUnavailableError` saying why."""
+        self._request("GET", "/health", "a health check", user=self.user_of())
+
     def health(self) -> dict[str, Any]:
         """Ask the server's ``/health``: ``{"ok": True, ...}`` or ``{"ok": False, "error": ...}``."""
         try:
@@ -446,6 +481,7 @@ class OpenVikingProvider(ProviderBase):
                 "memory_root": self.memory_root(self.user_of()), "session_commit": self.settings.session_commit}
 
     def shutdown(self) -> None:
+        self.outbox.close()
         with self._lock:
             client, self._client = self._client, None
             self._closed = True

@@ -232,7 +232,7 @@ class SupermemoryProvider(HostedProvider[SupermemorySettings]):
         self._current_user = "default"
         self.service = HostedService(
             "Supermemory", key_env=KEY_ENV, url=self.base_url, classify=_classify, timeout=self.settings.api_timeout,
-            max_pending=self.settings.max_pending_writes,
+            on_answer=self.outbox.replay_soon,
         )
 
     # -- config ---------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class SupermemoryProvider(HostedProvider[SupermemorySettings]):
             self._users[session_id] = user
             self._current_user = user
             self._turns.setdefault(session_id, 0)
-        self._claim_saved_writes(ctx)
+        self._attach_outbox(ctx)
 
     def tool_schemas(self) -> list[ToolSchema]:
         return [SUPERMEMORY_TOOLS[name] for name in self.settings.tools]
@@ -374,7 +374,7 @@ class SupermemoryProvider(HostedProvider[SupermemorySettings]):
             return
         record = {"op": "store", "content": content, "namespace": self._ns(session_id),
                   "doc_id": self._doc_id(session_id), "metadata": {"type": "conversation", "session_id": session_id}}
-        self.service.write("sync_turn", self._replay(record), record)
+        self.outbox.write(record)
 
     def _replay(self, record: dict[str, Any]) -> Any:
         """The send function of a write kept as data (queued, or saved by an earlier run)."""
@@ -398,7 +398,7 @@ class SupermemoryProvider(HostedProvider[SupermemorySettings]):
             record = {"op": "forget_text", "content": content, "namespace": ns}
         else:
             return
-        self.service.write(f"{record['op']} note", self._replay(record), record)
+        self.outbox.write(record)
 
     def _forget_text(self, content: str, *, namespace: str) -> int:
         """Forget the memories whose text is exactly ``content`` (a note removed from the built-in memory)."""
