@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from ..core.errors import ConfigError, ExternalServiceError
+from ..core.fileio import write_atomic
 from ..core.provider import ToolSchema
 from ._base import ProviderBase
 from ._tools import err, run_tool
@@ -239,12 +240,7 @@ class HostedService:
             return None
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"unsent-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8"))
         log.warning("%s: %d write(s) could not be sent; saved to %s and sent by the next session",
                     self.label, len(records), path)
         return path
