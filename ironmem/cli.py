@@ -79,6 +79,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "search",
     "setup",
+    "portable",
 )
 
 
