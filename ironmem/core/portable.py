@@ -342,7 +342,7 @@ def import_records(manager: MemoryManager, records: Iterable[dict[str, Any]], *,
                 from .items import item_text
 
                 target, user = mapped
-                scope = manager.scopes_for(user)[target]
+                scope = manager.scopes_for(user, memory_per_user=True)[target]  # a user's namespace: their own file
                 entry = {"kind": "entry", "target": target, "user_id": scope or None,
                          "text": item_text(record.get("value"))}
                 sub = import_records(manager, [entry], dry_run=dry_run)

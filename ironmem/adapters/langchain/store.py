@@ -2,9 +2,9 @@
 
 Namespaces map to ironmem's scopes (:mod:`ironmem.core.items`):
 
-* ``("memories",)`` and ``("memories", user_id)`` hold the entries of ``MEMORY.md`` (the shared one, or the one a
-  session of ``user_id`` uses, per the manager's ``memory_per_user``); ``("user",)`` and ``("user", user_id)``
-  those of ``USER.md``. An item put there IS a memory entry: it goes through the memory's write path (security
+* ``("memories",)`` and ``("memories", user_id)`` hold the entries of ``MEMORY.md`` (the shared one, or
+  ``user_id``'s own: a namespace naming a user never reaches the shared notes, so a session of that user sees
+  them with ``memory_per_user``); ``("user",)`` and ``("user", user_id)`` those of ``USER.md``. An item put there IS a memory entry: it goes through the memory's write path (security
   scan, limits, the external provider's mirror), shows in the next session's frozen snapshot and in
   ``session_search``, for every client of the memory (LangChain middleware, LlamaIndex, ``ironmem mcp``). Entries
   written by those clients are items here too (key ``entry-<hash>``, value ``{"content": text}``).
@@ -21,7 +21,7 @@ Example:
     >>> store.put(("memories", "ada"), "tea", {"content": "Ada prefers green tea"})
     >>> [item.value["content"] for item in store.search(("memories", "ada"), query="tea")]
     ['Ada prefers green tea']
-    >>> store.manager.start_session("s", user_id="ada").system_prompt_block().count("green tea")
+    >>> store.manager.start_session("s", user_id="ada", memory_per_user=True).system_prompt_block().count("green tea")
     1
 """
 
@@ -95,7 +95,8 @@ class IronStore(BaseStore):
 
     # -- the memory namespaces ------------------------------------------------------------------------
     def _scope(self, target: str, user: str | None) -> str:
-        return self.manager.scopes_for(user)[target]
+        # A namespace that names a user is that user's own file, never the shared notes (privacy by construction).
+        return self.manager.scopes_for(user, memory_per_user=True)[target]
 
     def _entry_items(self, namespace: tuple[str, ...]) -> list[StoredItem]:
         """The entries of the file behind ``namespace``, each as an item (its recorded key and value when the
