@@ -80,6 +80,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "search",
     "setup",
     "portable",
+    "mcp",
 )
 
 
