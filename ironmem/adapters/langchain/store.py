@@ -203,8 +203,10 @@ class IronStore(BaseStore):
         return sorted(found)[op.offset:op.offset + op.limit]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` in order (LangGraph's batch contract); writes land at once."""
+        """Run ``ops`` with LangGraph's batch semantics (those of its ``InMemoryStore``): reads see the store as it
+        was before the batch, then the writes land, the last put of a ``(namespace, key)`` winning."""
         results: list[Result] = []
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         with self._lock:
             for op in ops:
                 if isinstance(op, GetOp):
@@ -212,12 +214,15 @@ class IronStore(BaseStore):
                 elif isinstance(op, SearchOp):
                     results.append(self._search(op))
                 elif isinstance(op, PutOp):
-                    self._put(op)
+                    puts.pop((tuple(op.namespace), op.key), None)
+                    puts[(tuple(op.namespace), op.key)] = op
                     results.append(None)
                 elif isinstance(op, ListNamespacesOp):
                     results.append(self._list_namespaces(op))
                 else:
                     raise TypeError(f"IronStore cannot run {type(op).__name__}")
+            for put in puts.values():
+                self._put(put)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
