@@ -70,7 +70,7 @@ async def test_stdio_write_search_and_a_second_connection_sees_it_while_the_firs
         assert await snapshot(first) == before  # rule 3: byte-identical for the whole connection
         assert FACT not in before
         bad = await first.call_tool("memory", {"action": "explode"})
-        assert bad.is_error and json.loads(bad.content[0].text)["success"] is False  # an error result, not a crash
+        assert bad.isError and json.loads(bad.content[0].text)["success"] is False  # an error result, not a crash
 
 
 def _free_port() -> int:
@@ -109,9 +109,9 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 @asynccontextmanager
 async def http(url: str, token: str):
-    import httpx2
+    import httpx
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client, \
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client, \
             streamable_http_client(url, http_client=client) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
@@ -119,7 +119,7 @@ async def http(url: str, token: str):
 
 
 async def test_http_needs_the_token_and_keeps_each_user_to_their_own_memory(http_server: tuple[str, Path]) -> None:
-    import httpx2
+    import httpx
 
     url, home = http_server
     token_file = home / ".ironmem" / "mcp-tokens.json"
@@ -127,7 +127,7 @@ async def test_http_needs_the_token_and_keeps_each_user_to_their_own_memory(http
     ada, bob = _token(home, "ada"), _token(home, "bob")
     assert ada != bob
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    async with httpx2.AsyncClient(timeout=30) as raw:
+    async with httpx.AsyncClient(timeout=30) as raw:
         assert (await raw.post(url, json=body)).status_code == 401
         assert (await raw.post(url, json=body, headers={"Authorization": "Bearer not-a-token"})).status_code == 401
         other = await raw.post(url, json=body, headers={"Authorization": f"Bearer {ada}", "X-Ironmem-User": "bob"})
@@ -144,3 +144,41 @@ async def test_http_needs_the_token_and_keeps_each_user_to_their_own_memory(http
             assert (await call(stranger, "session_search", {"query": "kestrel"}))["results"] == []
             assert FACT not in await call(stranger, "memory_recall", {"message": "build server kestrel?"})
         assert await snapshot(first) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Through the frameworks' own MCP clients
+# --------------------------------------------------------------------------------------------------
+def _server_args(home: Path) -> list[str]:
+    return ["-m", "ironmem.cli", "--home", str(home), "mcp", "--user", "ada"]
+
+
+async def test_langchain_mcp_adapters_load_and_run_the_tools(tmp_path: Path) -> None:
+    adapters = pytest.importorskip("langchain_mcp_adapters.client")
+    from langchain_mcp_adapters.tools import load_mcp_tools
+
+    client = adapters.MultiServerMCPClient({"ironmem": {
+        "transport": "stdio", "command": sys.executable, "args": _server_args(tmp_path), "env": _env(),
+        "cwd": str(REPO)}})
+    async with client.session("ironmem") as session:  # one connection: one ironmem session
+        tools = {t.name: t for t in await load_mcp_tools(session)}
+        assert {"memory", "session_search", "memory_recall"} <= set(tools)
+        written = await tools["memory"].ainvoke({"action": "add", "target": "user", "content": FACT})
+        assert '"success": true' in str(written)
+        found = await tools["session_search"].ainvoke({"query": "kestrel"})
+        assert FACT in str(found)
+    from ironmem import MemoryManager
+
+    with MemoryManager(home=tmp_path) as manager:
+        assert FACT in manager.start_session("s", user_id="ada").system_prompt_block()
+
+
+async def test_llama_index_mcp_tools_run_the_tools(tmp_path: Path) -> None:
+    tools_mcp = pytest.importorskip("llama_index.tools.mcp")
+    client = tools_mcp.BasicMCPClient(sys.executable, args=_server_args(tmp_path), env=_env())
+    tools = {t.metadata.name: t for t in await tools_mcp.McpToolSpec(client=client).to_tool_list_async()}
+    assert {"memory", "session_search", "memory_recall"} <= set(tools)
+    written = await tools["memory"].acall(action="add", target="user", content=FACT)
+    assert '"success": true' in str(written)
+    found = await tools["session_search"].acall(query="kestrel")
+    assert FACT in str(found)

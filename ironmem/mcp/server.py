@@ -29,13 +29,16 @@ import json
 import os
 import secrets
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from pydantic import AnyUrl
 
 from ..core.fileio import write_atomic
 
@@ -51,7 +54,7 @@ _RECALL = types.Tool(
     name="memory_recall",
     description="Recalled memory for a message, inside a <memory-context> fence: background, not new user input. "
                 "Call it with the user's message before answering.",
-    input_schema={"type": "object", "properties": {"message": {"type": "string", "description": "the user's message"}},
+    inputSchema={"type": "object", "properties": {"message": {"type": "string", "description": "the user's message"}},
                   "required": ["message"]},
 )
 _USER_STATE = "ironmem_user"
@@ -106,25 +109,27 @@ class IronMemMCP:
         self.manager = manager
         self.user_id = user_id  # stdio's user; over HTTP the token says
         self._lock = threading.Lock()
+        #: The SDK's ServerSession (one per connection) -> (user, ironmem session).
+        self._sessions: weakref.WeakKeyDictionary[Any, tuple[str, Session]] = weakref.WeakKeyDictionary()
         self._open: set[Session] = set()
-        self._fallback_state: dict[str, Any] = {}
-        self.server: Server[Any] = Server(
+        server: Server[Any, Any] = Server(
             "ironmem",
             instructions="Persistent memory. Read the memory_snapshot prompt (or memory://snapshot) once as part of "
                          "your system prompt; call memory_recall with each user message; save durable facts with "
                          "the memory tool; search past conversations with session_search.",
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_read_resource=self._read_resource,
-            on_list_prompts=self._list_prompts,
-            on_get_prompt=self._get_prompt,
         )
+        server.list_tools()(self._list_tools)
+        server.call_tool(validate_input=False)(self._call_tool)  # the session validates and answers in JSON
+        server.list_resources()(self._list_resources)
+        server.read_resource()(self._read_resource)
+        server.list_prompts()(self._list_prompts)
+        server.get_prompt()(self._get_prompt)
+        self.server = server
 
     # -- one connection, one session --------------------------------------------------------------
     def _user_of(self, ctx: Any) -> str:
         request = getattr(ctx, "request", None)
-        if request is None:
+        if request is None or not hasattr(request, "scope"):
             return self.user_id or _ANONYMOUS
         state = request.scope.get("state") or {}
         user = state.get(_USER_STATE)
@@ -132,28 +137,22 @@ class IronMemMCP:
             raise PermissionError("no authenticated user on this request")
         return str(user)
 
-    def session_for(self, ctx: Any) -> Session:
-        """The ironmem session of the connection ``ctx`` belongs to (started on its first request, ended when the
-        connection closes)."""
-        # The SDK keeps per-connection state on the session's Connection (``state``, ``exit_stack``); the
-        # per-request ServerSession wrapper is new for every request.
-        connection = getattr(ctx.session, "_connection", None)
-        state = getattr(connection, "state", None)
-        if state is None:  # pragma: no cover - an SDK without per-connection state: one session per server
-            connection, state = self, self._fallback_state
+    def session_for(self) -> Session:
+        """The ironmem session of the connection the current request belongs to (started on its first request,
+        ended when the connection goes)."""
+        ctx = self.server.request_context
+        connection = ctx.session
         user = self._user_of(ctx)
         with self._lock:
-            found = state.get("ironmem")
+            found = self._sessions.get(connection)
             if found is not None:
                 if found[0] != user:
                     raise PermissionError("this MCP connection belongs to another user; open your own connection")
-                return cast("Session", found[1])
+                return found[1]
             session = self.manager.start_session(f"mcp-{secrets.token_hex(6)}", user_id=user or None)
-            state["ironmem"] = (user, session)
+            self._sessions[connection] = (user, session)
             self._open.add(session)
-        stack = getattr(connection, "exit_stack", None)
-        if stack is not None:
-            stack.callback(self._end, session)
+        weakref.finalize(connection, self._end, session)
         return session
 
     def _end(self, session: Session) -> None:
@@ -169,54 +168,52 @@ class IronMemMCP:
             self._end(session)
 
     # -- handlers -----------------------------------------------------------------------------------
-    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        session = self.session_for(ctx)
-        tools = [types.Tool(name=s.name, description=s.description, input_schema=dict(s.parameters))
+    async def _list_tools(self) -> list[types.Tool]:
+        session = self.session_for()
+        tools = [types.Tool(name=s.name, description=s.description, inputSchema=dict(s.parameters))
                  for s in session.tool_schemas()]
-        return types.ListToolsResult(tools=[*tools, _RECALL])
+        return [*tools, _RECALL]
 
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
-            session = self.session_for(ctx)
+            session = self.session_for()
         except PermissionError as exc:
             return types.CallToolResult(content=_text(json.dumps({"success": False, "error": str(exc)})),
-                                        is_error=True)
-        args = dict(params.arguments or {})
-        if params.name == _RECALL.name:
+                                        isError=True)
+        args = dict(arguments or {})
+        if name == _RECALL.name:
             message = args.get("message")
             if not isinstance(message, str):
                 return types.CallToolResult(content=_text(json.dumps(
-                    {"success": False, "error": "memory_recall needs a 'message' string"})), is_error=True)
+                    {"success": False, "error": "memory_recall needs a 'message' string"})), isError=True)
             fenced = await anyio.to_thread.run_sync(lambda: session.prefetch(message).fenced())
             return types.CallToolResult(content=_text(fenced))
-        result = await anyio.to_thread.run_sync(lambda: session.handle_tool_call(params.name, args))
+        result = await anyio.to_thread.run_sync(lambda: session.handle_tool_call(name, args))
         failed = False
         try:
             failed = json.loads(result).get("success") is False
         except (ValueError, AttributeError):
             pass
-        return types.CallToolResult(content=_text(result), is_error=failed)
+        return types.CallToolResult(content=_text(result), isError=failed)
 
-    async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=[types.Resource(
-            uri=SNAPSHOT_URI, name="memory_snapshot", mime_type="text/plain",
-            description="The frozen memory snapshot of this connection: put it in the system prompt once.")])
+    async def _list_resources(self) -> list[types.Resource]:
+        return [types.Resource(uri=AnyUrl(SNAPSHOT_URI), name="memory_snapshot", mimeType="text/plain",
+                               description="The frozen memory snapshot of this connection: put it in the system "
+                                           "prompt once.")]
 
-    async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        if str(params.uri) != SNAPSHOT_URI:
-            raise ValueError(f"unknown resource {params.uri}; this server has {SNAPSHOT_URI}")
-        block = self.session_for(ctx).system_prompt_block()
-        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=SNAPSHOT_URI, text=block,
-                                                                            mime_type="text/plain")])
+    async def _read_resource(self, uri: AnyUrl) -> list[ReadResourceContents]:
+        if str(uri) != SNAPSHOT_URI:
+            raise ValueError(f"unknown resource {uri}; this server has {SNAPSHOT_URI}")
+        return [ReadResourceContents(content=self.session_for().system_prompt_block(), mime_type="text/plain")]
 
-    async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        return types.ListPromptsResult(prompts=[types.Prompt(
-            name="memory_snapshot", description="The frozen memory snapshot, as a system-prompt block.")])
+    async def _list_prompts(self) -> list[types.Prompt]:
+        return [types.Prompt(name="memory_snapshot", description="The frozen memory snapshot, as a system-prompt "
+                                                                  "block.")]
 
-    async def _get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        if params.name != "memory_snapshot":
-            raise ValueError(f"unknown prompt {params.name!r}; this server has memory_snapshot")
-        block = self.session_for(ctx).system_prompt_block()
+    async def _get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        if name != "memory_snapshot":
+            raise ValueError(f"unknown prompt {name!r}; this server has memory_snapshot")
+        block = self.session_for().system_prompt_block()
         return types.GetPromptResult(description="memory snapshot", messages=[types.PromptMessage(
             role="user", content=types.TextContent(type="text", text=block))])
 
@@ -232,8 +229,24 @@ class IronMemMCP:
             self.close()
 
     def http_app(self) -> Callable[..., Awaitable[None]]:
-        """The streamable-HTTP ASGI app (path ``/mcp``), behind the bearer-token guard."""
-        app = self.server.streamable_http_app(host="127.0.0.1")
+        """The streamable-HTTP ASGI app (path ``/mcp``, stateful: one MCP session per connection), behind the
+        bearer-token guard and the SDK's DNS-rebinding protection for 127.0.0.1."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+        from starlette.applications import Starlette
+        from starlette.routing import Mount
+
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*"]),
+        )
+
+        async def handle(scope: Any, receive: Any, send: Any) -> None:
+            await manager.handle_request(scope, receive, send)
+
+        app = Starlette(routes=[Mount("/mcp", app=handle)], lifespan=lambda _: manager.run())
         return _TokenGuard(app, self.manager.home)
 
 
