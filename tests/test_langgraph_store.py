@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("langgraph")
 
-from langgraph.store.base import BaseStore  # noqa: E402
-from langgraph.store.memory import InMemoryStore  # noqa: E402
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.adapters.langchain import IronStore  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.adapters.langchain import IronStore
 
 
 @pytest.fixture(params=["in_memory", "ironstore"])
