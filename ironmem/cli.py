@@ -8,7 +8,8 @@ folder. ``--config PATH`` builds the manager from a ``config.yaml`` instead.
 The read commands (``status``, ``show``, ``search``, ``tokens``, ``scan``) open the home read-only
 (``MemoryManager(read_only=True)``): they work on a home this user cannot write and change nothing in it.
 ``remove`` and ``demo`` write; on a read-only home they stop with what to do. This module only parses options,
-calls the public API and prints.
+calls the public API and prints; the newer commands live in :mod:`ironmem.commands` (one module each, listed in
+``COMMAND_MODULES``): ``search``, ``setup``/``doctor``, ``export``/``import``, ``mcp``.
 
 Bad input (a missing file, an unknown provider, a corrupt memory file, a home that does not exist) ends with one
 line on stderr and a non-zero exit status, never a traceback. ``scan`` exits with 1 when anything is blocked, like
@@ -63,9 +64,9 @@ MAX_SIMULATED_TURNS = 300
 app = typer.Typer(
     name="ironmem",
     help=(
-        "Persistent agent memory that keeps the prompt cache warm. Inspect a memory home (status, show, search, "
-        "remove), scan text (scan), measure tokens (tokens), simulate prompt caching (simulate), or run the "
-        "offline demo (demo)."
+        "Persistent agent memory that keeps the prompt cache warm. Configure it (setup, doctor), inspect a memory "
+        "home (status, show, search, remove), move it (export, import), serve it to MCP clients (mcp), scan text "
+        "(scan), measure tokens (tokens), simulate prompt caching (simulate), or run the offline demo (demo)."
     ),
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -141,3 +141,26 @@ def test_a_langgraph_sqlite_store_imports_its_memories_and_items(tmp_path: Path)
         assert "Miso" in snapshot and "night shifts" in snapshot
         assert "Miso" not in manager.start_session("t", user_id="bob").system_prompt_block()
         assert "Miso" not in manager.start_session("u").system_prompt_block()  # never in the shared notes
+
+
+def test_a_postgresql_memory_exports_and_moves_to_files_losslessly(tmp_path: Path, pg_url: str) -> None:
+    config = tmp_path / "config.yaml"
+    (tmp_path / "pg-home").mkdir()
+    config.write_text(f"memory:\n  home: {tmp_path / 'pg-home'}\n  storage: {pg_url}\n", encoding="utf-8")
+    with MemoryManager.from_config(config) as manager:
+        shared = manager.start_session("s0")
+        shared.handle_tool_call("memory", {"action": "add", "target": "memory", "content": "tidepool targets 3.12"})
+        shared.sync_turn("Which region?", "Frankfurt.")
+        shared.end()
+        ada = manager.start_session("s1", user_id="ada")
+        ada.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ada prefers short answers"})
+        ada.sync_turn("hello", "hi Ada")
+        ada.end()
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    assert run("--config", str(config), "export", str(one)).returncode == 0
+    files_home = tmp_path / "files"
+    assert run("--home", str(files_home), "import", str(one)).returncode == 0
+    assert run("--home", str(files_home), "export", str(two)).returncode == 0
+    assert two.read_bytes() == one.read_bytes()
+    kinds = [json.loads(line)["kind"] for line in one.read_text(encoding="utf-8").splitlines()]
+    assert kinds.count("entry") == 2 and kinds.count("turn") == 2
