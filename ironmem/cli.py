@@ -8,7 +8,8 @@ folder. ``--config PATH`` builds the manager from a ``config.yaml`` instead.
 The read commands (``status``, ``show``, ``search``, ``tokens``, ``scan``) open the home read-only
 (``MemoryManager(read_only=True)``): they work on a home this user cannot write and change nothing in it.
 ``remove`` and ``demo`` write; on a read-only home they stop with what to do. This module only parses options,
-calls the public API and prints.
+calls the public API and prints; the newer commands live in :mod:`ironmem.commands` (one module each, listed in
+``COMMAND_MODULES``): ``search``, ``setup``/``doctor``, ``export``/``import``, ``mcp``.
 
 Bad input (a missing file, an unknown provider, a corrupt memory file, a home that does not exist) ends with one
 line on stderr and a non-zero exit status, never a traceback. ``scan`` exits with 1 when anything is blocked, like
@@ -24,160 +25,63 @@ Example (a shell)::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-import unicodedata
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .commands import register_all
+from .commands.common import (
+    EXIT_BLOCKED,
+    EXIT_ERROR,
+    HOME_OPTION,
+    TARGET_FILES,
+    CLIError,
+    Options,
+    copy_note,
+    corrupt_files,
+    echo_json,
+    visible,
+)
+from .commands.common import console as _console
+from .commands.common import manager as _manager
+from .commands.common import opts as _opts
 from .core.errors import IronMemError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .core.manager import MemoryManager
 
 __all__ = ["CLIError", "app", "main"]
 
-#: Exit status for bad input and failures (``scan`` uses 1 for "something is blocked").
-EXIT_ERROR = 2
-EXIT_BLOCKED = 1
-
-TARGET_FILES = {"memory": "MEMORY.md", "user": "USER.md"}
 #: ``simulate`` keeps every request's tokens (quadratic in turns with replayed history): this bounds its memory.
 MAX_SIMULATED_TURNS = 300
 
 app = typer.Typer(
     name="ironmem",
     help=(
-        "Persistent agent memory that keeps the prompt cache warm. Inspect a memory home (status, show, search, "
-        "remove), scan text (scan), measure tokens (tokens), simulate prompt caching (simulate), or run the "
-        "offline demo (demo)."
+        "Persistent agent memory that keeps the prompt cache warm. Configure it (setup, doctor), inspect a memory "
+        "home (status, show, search, remove), move it (export, import), serve it to MCP clients (mcp), scan text "
+        "(scan), measure tokens (tokens), simulate prompt caching (simulate), or run the offline demo (demo)."
     ),
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
+    # Help texts are plain text: with rich markup, "ironmem[local]" or "[--all]" would lose their brackets.
+    rich_markup_mode=None,
 )
 
-
-class CLIError(IronMemError):
-    """A user-facing failure: printed as one line on stderr, exit status ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Options:
-    """Global options, shared by every command through the click context."""
-
-    home: str | None = None
-    config: str | None = None
-    verbose: bool = False
-    command: str = "this command"  # for messages: "`ironmem remove`"
-
-
-def _console() -> Console:
-    # Piped output (not a terminal) gets 120 columns unless COLUMNS says otherwise, so tables stay readable.
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(highlight=False, soft_wrap=False, width=width)
-
-
-def _echo_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-    sys.stdout.flush()
-
-
-def _visible(text: str, limit: int | None = None) -> str:
-    """``text`` with invisible and format characters shown as ``\\uXXXX`` (so a reviewer sees them)."""
-    out = []
-    for ch in text:
-        if ch in "\n\t":
-            out.append(" " if ch == "\n" else ch)
-        elif unicodedata.category(ch) in ("Cf", "Cc", "Co") or 0xE0000 <= ord(ch) <= 0xE007F:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-        else:
-            out.append(ch)
-    flat = "".join(out)
-    if limit is not None and len(flat) > limit:
-        flat = flat[: limit - 1] + "…"
-    return flat
-
-
-# --------------------------------------------------------------------------------------------------
-# Home and manager
-# --------------------------------------------------------------------------------------------------
-def _open_manager(opts: Options, *, read_only: bool) -> MemoryManager:
-    """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home.
-
-    With both ``--config`` and ``--home``, the home from the command line wins over the file's ``memory.home``.
-    Read commands open it ``read_only`` (nothing in the home is created or changed, so a home this user cannot
-    write can be inspected); a write command on a read-only home fails with what to do.
-    """
-    from .core.home import find_home
-    from .core.manager import MemoryManager
-
-    if opts.config:
-        config = Path(opts.config).expanduser()
-        if not config.is_file():
-            raise CLIError(
-                f"config file {config} does not exist (from --config); pass the path of a config.yaml"
-            )
-        from .core.config import load_config, manager_from_config
-
-        loaded = load_config(config)
-        # A missing home is the same error whether it comes from --home, IRONMEM_HOME or the file's memory.home.
-        location = find_home(opts.home) if opts.home else find_home(loaded.home, origin=f"memory.home in {config}")
-        if not read_only:
-            location.require_writable(opts.command)
-        return manager_from_config(loaded, home=location.path, read_only=read_only)
-    location = find_home(opts.home)
-    if not read_only:
-        location.require_writable(opts.command)
-    return MemoryManager(home=location.path, read_only=read_only)
-
-
-@contextmanager
-def _manager(opts: Options, *, read_only: bool = True) -> Iterator[MemoryManager]:
-    manager = _open_manager(opts, read_only=read_only)
-    try:
-        yield manager
-    finally:
-        manager.close()
-
-
-def _corrupt_files(manager: MemoryManager) -> list[str]:
-    """One message per memory file that cannot be parsed."""
-    problems = []
-    for target in TARGET_FILES:
-        state = manager.builtin.files[target].read()
-        if state.corrupt:
-            problems.append(f"{state.corrupt} ({manager.builtin.files[target].path}){_copy_note(state.backup)}")
-    return problems
-
-
-def _copy_note(backup: Path | None) -> str:
-    return f"; a copy is at {backup}" if backup else "; it was left as it is"
-
-
-def _opts(ctx: typer.Context, home: str | None = None) -> Options:
-    """The global options, with a command's own ``--home`` (``ironmem show --home X``) taking precedence."""
-    obj = ctx.find_root().obj
-    opts = obj if isinstance(obj, Options) else Options()
-    return replace(opts, home=home or opts.home, command=f"`{ctx.command_path}`")
-
-
-_HOME_OPTION = typer.Option(
-    None, "--home", help="Memory home (folder with MEMORY.md and USER.md); same as the global --home."
+#: Command modules in ironmem/commands/, each exposing ``register(app)`` (one line per module; see
+#: :mod:`ironmem.commands`).
+COMMAND_MODULES: tuple[str, ...] = (
+    "search",
+    "setup",
+    "portable",
+    "mcp",
 )
 
 
@@ -230,7 +134,7 @@ def _root(
 @app.command()
 def status(
     ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
+    home: str | None = HOME_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     user: str | None = typer.Option(None, "--user", "-u", help="Show this user id's files (users/<folder>/)."),
     probe: bool = typer.Option(
@@ -243,9 +147,9 @@ def status(
         if probe:
             manager.check_external()
         info = manager.status(user)
-        problems = _corrupt_files(manager)
+        problems = corrupt_files(manager)
     if as_json:
-        _echo_json(info)
+        echo_json(info)
     else:
         console = _console()
         console.print(Text(f"memory home: {info['home']}"))
@@ -316,7 +220,7 @@ def _targets(target: str) -> list[str]:
 @app.command()
 def show(
     ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
+    home: str | None = HOME_OPTION,
     target: str = typer.Option("all", "--target", "-t", help="memory, user or all."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     user: str | None = typer.Option(None, "--user", "-u", help="Show this user id's files (users/<folder>/)."),
@@ -332,15 +236,21 @@ def show(
     opts = _opts(ctx, home)
     targets = _targets(target)
     out: dict[str, Any] = {}
+    problems: list[str] = []
     with _manager(opts) as manager:
         scopes = manager.scopes_for(user)
         for t in targets:
             memory_file = manager.builtin.file(t, scopes[t])
-            state = memory_file.read()
-            if state.corrupt:
-                raise CLIError(
-                    f"{state.corrupt} ({memory_file.path}){_copy_note(state.backup)}. Fix or delete the file, then retry"
-                )
+            try:
+                state = memory_file.read()
+                problem = (f"{state.corrupt} ({memory_file.path}){copy_note(state.backup)}"
+                           if state.corrupt else "")
+            except (IronMemError, OSError) as exc:  # one unreadable file does not hide the others
+                problem = f"cannot read {memory_file.path}: {getattr(exc, 'strerror', None) or exc}"
+            if problem:
+                problems.append(f"{problem}. Fix or delete the file, then retry")
+                out[t] = {"file": str(memory_file.path), "error": problem}
+                continue
             rows = []
             for i, entry in enumerate(state.entries, start=1):
                 if not full and i > _SHOW_MAX_ENTRIES:
@@ -365,10 +275,22 @@ def show(
             if len(rows) < len(state.entries):
                 out[t]["entries_not_listed"] = len(state.entries) - len(rows)
     if as_json:
-        _echo_json(out)
-        return
+        echo_json(out)
+    else:
+        _print_show(out)
+    if problems:  # what could be read is shown above; each unreadable file gets its line, and the status says so
+        for problem in problems[:-1]:
+            sys.stderr.write(f"ironmem: error: {problem}\n")
+        raise CLIError(problems[-1])
+
+
+def _print_show(out: dict[str, Any]) -> None:
     console = _console()
     for t, data in out.items():
+        if "error" in data:
+            console.print(Text(f"{TARGET_FILES[t]}  UNREADABLE  {data['file']} (see the error below)",
+                               style="bold red"))
+            continue
         console.print(Text(f"{TARGET_FILES[t]}  [{data['usage']}]  {data['file']}", style="bold"))
         table = Table(show_lines=True)
         table.add_column("#", justify="right")
@@ -378,7 +300,7 @@ def show(
             text: Text
             if row["blocked"]:
                 verdict_cell = Text("BLOCKED: " + ", ".join(row["categories"]), style="bold red")
-                text = Text(_visible(row["text"]))
+                text = Text(visible(row["text"]))
             else:
                 verdict_cell = Text("ok", style="green")
                 text = Text(row["text"])
@@ -399,7 +321,7 @@ def show(
 @app.command()
 def remove(
     ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
+    home: str | None = HOME_OPTION,
     target: str = typer.Argument(..., help="memory or user."),
     number: int = typer.Argument(..., help="The entry's number, as `ironmem show` lists it."),
     user: str | None = typer.Option(None, "--user", "-u", help="Remove from this user id's files (as show --user)."),
@@ -422,10 +344,10 @@ def remove(
         if shown is not None and not yes:
             if not sys.stdin.isatty():
                 raise CLIError(
-                    f"about to remove entry {number} of {TARGET_FILES[target]} ({_visible(shown, 60)}); "
+                    f"about to remove entry {number} of {TARGET_FILES[target]} ({visible(shown, 60)}); "
                     "there is no terminal to confirm on: pass --yes"
                 )
-            if not typer.confirm(f"Remove entry {number} of {TARGET_FILES[target]}: {_visible(shown, 80)}?"):
+            if not typer.confirm(f"Remove entry {number} of {TARGET_FILES[target]}: {visible(shown, 80)}?"):
                 raise CLIError("nothing removed", code=1)
         try:
             entry, backup = manager.remove_entry(target, number, user_id=user, backup=not no_backup, expected=shown)
@@ -433,50 +355,12 @@ def remove(
             raise CLIError(f"could not remove entry {number} of {TARGET_FILES[target]}: {exc}") from exc
         usage = manager.builtin.usage(target, scope)
     if as_json:
-        _echo_json({"removed": entry, "target": target, "number": number, "usage": usage,
+        echo_json({"removed": entry, "target": target, "number": number, "usage": usage,
                     "backup": str(backup) if backup else None})
         return
-    _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {_visible(entry, 80)}"))
+    _console().print(Text(f"removed entry {number} of {TARGET_FILES[target]} ({usage}): {visible(entry, 80)}"))
     if backup:
         _console().print(Text(f"the entries as they were are kept at {backup}"))
-
-
-# --------------------------------------------------------------------------------------------------
-# search
-# --------------------------------------------------------------------------------------------------
-@app.command()
-def search(
-    ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
-    query: str = typer.Argument(..., help="Words to look for (any language)."),
-    limit: int = typer.Option(10, "--limit", "-n", help="Maximum results."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-) -> None:
-    """Full-text search over memory entries and past conversation turns (what `session_search` sees)."""
-    opts = _opts(ctx, home)
-    if not query.strip():
-        raise CLIError("the search query is empty; give some words to look for")
-    if limit < 1:
-        raise CLIError(f"--limit must be at least 1, got {limit}")
-    with _manager(opts) as manager:
-        for target in TARGET_FILES:
-            manager.builtin.state(target)  # bring the index in step with the files
-        hits = manager.builtin.index.search(query, limit=limit, drop_stopwords=False)
-    if as_json:
-        _echo_json({"query": query, "results": [h.to_dict() for h in hits]})
-        return
-    console = _console()
-    if not hits:
-        console.print(Text(f"no match for {query!r}"))
-        return
-    table = Table(title=f"search: {query}", title_justify="left", show_lines=True)
-    table.add_column("#", justify="right")
-    table.add_column("kind")
-    table.add_column("session")
-    table.add_column("text", overflow="fold")
-    for i, hit in enumerate(hits, start=1):
-        table.add_row(str(i), hit.kind, hit.session_id or "", Text(_visible(hit.text, 400)))
-    console.print(table)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -591,7 +475,7 @@ def scan(
         return text if not max_chars or len(text) <= max_chars else text[:max_chars] + "…"
 
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 "source": source,
                 "items": [
@@ -633,18 +517,18 @@ def scan(
         for item, _, verdict in listed:
             if verdict.blocked:
                 findings = "; ".join(
-                    f"{f.category}/{f.rule}: {_visible(f.excerpt, 60)!r}" for f in verdict.findings
+                    f"{f.category}/{f.rule}: {visible(f.excerpt, 60)!r}" for f in verdict.findings
                 )
                 table.add_row(
                     item.label,
                     Text("BLOCKED", style="bold red"),
                     Text(findings),
-                    Text(_visible(item.text, 120)),
+                    Text(visible(item.text, 120)),
                 )
             else:
                 notes = "; ".join(f"{f.category}/{f.rule}" for f in verdict.findings)
                 table.add_row(
-                    item.label, Text("ok", style="green"), Text(notes), Text(_visible(item.text, 120))
+                    item.label, Text("ok", style="green"), Text(notes), Text(visible(item.text, 120))
                 )
         console.print(table)
         if len(listed) < len(results):
@@ -660,7 +544,7 @@ def scan(
 @app.command()
 def tokens(
     ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
+    home: str | None = HOME_OPTION,
     encoding: str = typer.Option(
         "o200k_base", "--encoding", help="tiktoken encoding (o200k_base, cl100k_base)."
     ),
@@ -680,7 +564,7 @@ def tokens(
         session.end()
         budget = manager.tool_budget_status()
     if as_json:
-        _echo_json({**report.to_dict(), "tool_budget": budget})
+        echo_json({**report.to_dict(), "tool_budget": budget})
         return
     from .demo import print_token_report
 
@@ -750,7 +634,7 @@ def simulate(
     except DemoError as exc:
         raise CLIError(str(exc)) from None
     if as_json:
-        _echo_json({"turns": turns, "write_every": write_every, "results": rows})
+        echo_json({"turns": turns, "write_every": write_every, "results": rows})
         return
     print_simulation(
         rows,
@@ -805,7 +689,7 @@ def print_simulation(rows: Sequence[dict[str, Any]], console: Console, title: st
 @app.command()
 def demo(
     ctx: typer.Context,
-    home: str | None = _HOME_OPTION,
+    home: str | None = HOME_OPTION,
     framework: str = typer.Option(
         "langchain", "--framework", "-f", help="langchain, llama-index, or plain (the core API, no framework)."
     ),
@@ -854,6 +738,9 @@ def _demo_home(home: str | None) -> Path:
     return path
 
 
+register_all(app, COMMAND_MODULES)
+
+
 # --------------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------------
@@ -874,9 +761,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     saved = (list(logger.handlers), logger.propagate, logger.level)
     try:
         _run(args, debug)
+    except KeyboardInterrupt:  # an interrupt outside the command itself (imports, option parsing)
+        _fail(_INTERRUPTED, EXIT_INTERRUPTED)
     finally:  # leave logging as it was (matters when main() is called in-process, e.g. from tests)
         logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
 
+
+#: Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+_INTERRUPTED = ("interrupted (Ctrl-C); stopped. Memory files are replaced whole, so none is half-written; "
+                "run the command again to finish")
 
 #: Options of the root command that may also be written after the command name (``ironmem status --config x``).
 _GLOBAL_VALUE_OPTIONS = ("--home", "--config")
@@ -932,7 +826,7 @@ def _run(args: list[str], debug: bool) -> None:
     except CLIError as exc:
         _fail(str(exc), exc.code)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        _fail(_INTERRUPTED, EXIT_INTERRUPTED)
     except IronMemError as exc:
         if debug:
             raise
@@ -951,6 +845,8 @@ def _run(args: list[str], debug: bool) -> None:
         if debug:
             raise
         _fail(f"unexpected {type(exc).__name__}: {exc} (set IRONMEM_DEBUG=1 for the traceback)")
+    if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent Exit(130)
+        _fail(_INTERRUPTED, EXIT_INTERRUPTED)
     if isinstance(code, int) and code:
         sys.exit(code)
 

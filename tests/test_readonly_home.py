@@ -128,7 +128,7 @@ def test_read_commands_work_on_a_read_only_home_and_write_nothing(readonly: tupl
     own = json.loads(run_in(prefix, "show", "--json", "--user", "ada", "--target", "user", home=home).stdout)
     assert [e["text"] for e in own["user"]["entries"]] == ["Ada prefers short answers"]
 
-    found = json.loads(run_in(prefix, "search", "Fly.io", "--json", home=home).stdout)["results"]
+    found = json.loads(run_in(prefix, "search", "Fly.io", "--json", "--user", "ada", home=home).stdout)["results"]
     assert {hit["kind"] for hit in found} == {"memory", "turn"}  # the entry (indexed in memory) and the old turn
 
     scanned = run_in(prefix, "scan", str(home), "--json", home=home)

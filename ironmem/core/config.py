@@ -250,7 +250,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}. Create it (see the README's configuration section) or fix the path")
+        raise ConfigError(f"config file not found: {path}. Create it with `ironmem setup` (docs/configuration.md describes the file) or fix the path")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -107,9 +107,9 @@ def find_home(home: str | os.PathLike[str] | None = None, *, origin: str = "--ho
         path, origin = default_home(), "default"
     if not path.exists():
         hint = (
-            "it is created the first time an agent uses ironmem there (or by `ironmem demo --home PATH`); "
-            "pass --home PATH or set IRONMEM_HOME to use another folder (a Hermes folder such as "
-            "~/.hermes/memories works as is)"
+            f"it is created the first time an agent uses ironmem there, and `ironmem setup --home {path}` creates "
+            "it empty now (with a config.yaml); pass --home PATH or set IRONMEM_HOME to use another folder (a "
+            "Hermes folder such as ~/.hermes/memories works as is)"
         )
         hermes = hermes_memories()
         if hermes is not None and hermes != path:

@@ -45,6 +45,7 @@ from typing import Any
 
 from ..core.builtin.store import HermesLock
 from ..core.errors import ProviderUnavailableError
+from ..core.fileio import write_atomic
 
 __all__ = ["DEFAULT_MAX_PENDING", "Outbox", "WritesQueuedError"]
 
@@ -303,13 +304,7 @@ class Outbox:
                 self._file.unlink(missing_ok=True)
                 return
             self._hold_lock()
-            tmp = self._file.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self._file)
+            write_atomic(self._file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode())
         except (OSError, TimeoutError) as exc:
             log.error("%s: could not save %d queued write(s) to %s (kept in memory only): %s", self.label,
                       len(records), self._file, exc)

@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .classic import IronClassicMemory
     from .middleware import IronMemoryMiddleware, IronMemoryState
+    from .store import IronStore
     from .toolkit import IronMemoryToolkit, make_memory_tool
 
-__all__ = ["IronMemoryMiddleware", "IronMemoryState", "IronMemoryToolkit", "IronClassicMemory", "make_memory_tool"]
+__all__ = [
+    "IronMemoryMiddleware", "IronMemoryState", "IronMemoryToolkit", "IronClassicMemory", "IronStore", "make_memory_tool",
+]
 
 _WHERE = {
     "IronMemoryMiddleware": "middleware",
@@ -26,6 +29,7 @@ _WHERE = {
     "IronMemoryToolkit": "toolkit",
     "make_memory_tool": "toolkit",
     "IronClassicMemory": "classic",
+    "IronStore": "store",
 }
 _EXTRA = {"classic": "langchain-classic"}
 

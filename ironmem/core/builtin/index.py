@@ -311,6 +311,13 @@ class SearchIndex:
         if self.vectors is not None:
             self.vectors.wake()
 
+    def all_turns(self) -> list[tuple[str, str | None, float, str, str]]:
+        """Every stored turn as ``(session_id, user_id, ts, user, assistant)``, in the order they were stored
+        (the rows :meth:`add_turns` takes; used by export)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT session_id, user_id, ts, user, assistant FROM turns ORDER BY id").fetchall()
+        return [(str(a), b, float(c), str(d), str(e)) for a, b, c, d, e in rows]
+
     def turn_count(self, session_id: str | None = None) -> int:
         with self._lock:
             if session_id is None:

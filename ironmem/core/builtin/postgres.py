@@ -713,6 +713,17 @@ class PostgresIndex:
         the lock for about a millisecond), which is far above the rate at which agents finish turns."""
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_TURN_ORDER_LOCK_CLASS, self._s))
 
+    def all_turns(self) -> list[tuple[str, str | None, float, str, str]]:
+        """Every stored turn as ``(session_id, user_id, ts, user, assistant)``, in commit order (for export)."""
+        s = self._s
+
+        def read(conn: psycopg.Connection[Any]) -> list[tuple[str, str | None, float, str, str]]:
+            rows = conn.execute(
+                f"SELECT session_id, user_id, ts, user_text, assistant_text FROM {s}.turns ORDER BY id").fetchall()
+            return [(str(a), b, float(c), str(d), str(e)) for a, b, c, d, e in rows]
+
+        return self.storage.run("reading turns", read, written="")
+
     def turn_count(self, session_id: str | None = None) -> int:
         s = self._s
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import MemoryFileError, ReadOnlyError
+from ..fileio import write_atomic
 
 __all__ = [
     "ENTRY_DELIMITER",
@@ -347,9 +348,7 @@ class MemoryFile:
         try:
             backup_dir.mkdir(parents=True, exist_ok=True)
             if not target.exists():
-                tmp = backup_dir / f"{_TMP_PREFIX}{target.name}"
-                tmp.write_bytes(raw)
-                os.replace(tmp, target)
+                write_atomic(target, raw)  # owner-only, and no temp file left when interrupted
         except OSError as exc:
             log.error("could not back up %s to %s: %s", self.path, target, exc)
         self._backed_up[digest] = target
@@ -407,9 +406,8 @@ class MemoryFile:
             return
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.known_path.with_name(f"{_TMP_PREFIX}{self.known_path.name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps({"entries": list(entries)}, ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, self.known_path)
+            write_atomic(self.known_path, json.dumps({"entries": list(entries)}, ensure_ascii=False).encode("utf-8"),
+                         fsync=False)
         except OSError as exc:
             log.warning("could not record the entries written to %s (%s)", self.path, exc)
 
