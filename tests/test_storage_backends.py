@@ -431,3 +431,54 @@ def test_file_storage_uses_the_providers_scope_layout_and_keeps_hand_edits(home:
     finally:
         storage.close()
         provider.shutdown()
+
+
+# -- privacy between users (issue 35 item 1) ---------------------------------------------------------
+def _texts(session: object, query: str) -> list[str]:
+    found = call(session, "session_search", query=query)
+    assert found["success"], found
+    return [str(hit["text"]) for hit in found["results"]]  # type: ignore[union-attr, index]
+
+
+def test_session_search_never_returns_another_users_turns_or_entries(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager()
+    ada = manager.start_session("ada-1", user_id="ada", memory_per_user=True)
+    assert call(ada, "memory", action="add", target="memory", content="zanzibar rollout is blocked on QA")["success"]
+    assert call(ada, "memory", action="add", target="user", content="Ada's zanzibar badge number is 4471")["success"]
+    ada.sync_turn("what is the zanzibar status?", "zanzibar waits for QA sign-off")
+    bob = manager.start_session("bob-1", user_id="bob", memory_per_user=True)
+    assert _texts(bob, "zanzibar") == []
+    assert "zanzibar" not in bob.system_prompt_block()
+    later = manager.start_session("ada-2", user_id="ada", memory_per_user=True)
+    assert len(_texts(later, "zanzibar")) == 3  # the owner finds all three
+    # With notes shared on purpose, the shared note reaches Bob, Ada's profile and turns still do not.
+    shared = manager.start_session("ada-3", user_id="ada", memory_per_user=False)
+    assert call(shared, "memory", action="add", target="memory", content="zanzibar ships from the eu region")["success"]
+    bob_shared = manager.start_session("bob-2", user_id="bob", memory_per_user=False)
+    assert _texts(bob_shared, "zanzibar") == ["zanzibar ships from the eu region"]
+
+
+def test_the_memory_tool_says_whether_agent_notes_are_shared(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager()
+
+    def description(**kwargs: object) -> str:
+        session = manager.start_session(**kwargs)  # type: ignore[arg-type]
+        (tool,) = [t for t in session.tool_schemas() if t.name == "memory"]
+        return tool.description
+
+    shared = description(user_id="ada", memory_per_user=False)
+    private = description(user_id="ada", memory_per_user=True)
+    single = description()
+    assert "SHARED" in shared and "every user" in shared
+    assert "private to the current user" in private and "SHARED" not in private
+    assert "SHARED" not in single and "private to the current user" not in single
+
+
+def test_session_search_echoes_a_huge_query_only_in_part(make_manager: Callable[..., MemoryManager]) -> None:
+    session = make_manager().start_session("s1")
+    query = "deploy " * 700_000  # ~5 MB
+    answer = session.handle_tool_call("session_search", {"query": query})
+    assert len(answer) < 2_000
+    assert json.loads(answer)["success"] is True

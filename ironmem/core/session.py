@@ -308,7 +308,9 @@ class Session:
 
     # -- tools ----------------------------------------------------------------------------------
     def tool_schemas(self) -> list[ToolSchema]:
-        return self.manager.tool_schemas()
+        # the built-in memory tool says whether this session's agent notes are shared between users
+        scoped = {s.name: s for s in self.manager.builtin.tool_schemas_for(self.scopes, self.user_id)}
+        return [scoped.get(s.name, s) if s.provider == "builtin" else s for s in self.manager.tool_schemas()]
 
     def handle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
         """Route a tool call to its provider. Always returns JSON text; never raises."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .private import create_private_file, make_private_dirs, not_writable
 from .ranking import (
     CANDIDATE_CAP,
     PROBE_ROWS,
@@ -190,6 +191,12 @@ def _in_memory() -> sqlite3.Connection:
     return conn
 
 
+def _is_write_refusal(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's ways of saying the database or its folder cannot be written by this process."""
+    text = str(exc).lower()
+    return any(s in text for s in ("readonly", "read-only", "unable to open", "permission", "disk i/o"))
+
+
 def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     """The index's connection. Writable: the file (created with its folder), WAL mode, the schema.
 
@@ -200,12 +207,22 @@ def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     the whole index is in memory (no turns).
     """
     if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(_SCHEMA)
+        try:
+            make_private_dirs(path.parent)
+            create_private_file(path)  # 0600 before SQLite opens it: its -wal and -shm files get the same mode
+            conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA busy_timeout=30000")
+                conn.executescript(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+        except (OSError, sqlite3.OperationalError) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not _is_write_refusal(exc):
+                raise
+            raise not_writable(path, exc) from exc
         return conn
     if not path.is_file():
         return _in_memory()
@@ -256,7 +273,13 @@ class SearchIndex:
         self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = _connect(self.path, read_only=read_only)
         if not read_only:
-            self._check_consistency()
+            try:
+                self._check_consistency()
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                if not _is_write_refusal(exc):
+                    raise
+                raise not_writable(self.path, exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

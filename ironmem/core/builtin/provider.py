@@ -16,6 +16,7 @@ from ..errors import MemoryFileError, ReadOnlyError
 from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
 from .index import SearchIndex
+from .private import make_private_dirs, prepare_home, write_private
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
 from .storage import EntryFile, FileStorage, MemoryStorage, TurnIndex, open_storage
 from .store import FileState, MemoryFile, format_usage
@@ -28,6 +29,7 @@ from .tools import (
     apply_operation,
     check_limit,
     find_entry,
+    memory_tool_schema,
     parse_operations,
     preview,
 )
@@ -57,6 +59,16 @@ def _clip_hit(text: str) -> str:
     if len(text) <= MAX_HIT_CHARS:
         return text
     return text[:MAX_HIT_CHARS] + f" [... {len(text) - MAX_HIT_CHARS:,} more chars not shown]"
+
+
+#: The most characters of the query a ``session_search`` result echoes back (a pasted megabyte is not repeated).
+MAX_QUERY_ECHO = 200
+
+
+def _echo_query(query: str) -> str:
+    if len(query) <= MAX_QUERY_ECHO:
+        return query
+    return query[:MAX_QUERY_ECHO] + f" [... {len(query) - MAX_QUERY_ECHO:,} more chars not shown]"
 
 
 def _result(**fields: Any) -> str:
@@ -123,8 +135,7 @@ class BuiltinMemoryProvider(MemoryProvider):
         #: record or backup, no index write); every write raises :class:`ReadOnlyError`.
         self.read_only = bool(read_only)
         if not self.read_only:
-            self.home.mkdir(parents=True, exist_ok=True)
-            self.state_dir.mkdir(exist_ok=True)
+            prepare_home(self.home, self.state_dir)
         self.limits = {"memory": memory_char_limit, "user": user_char_limit}
         self.enabled = {"memory": bool(memory_enabled), "user": bool(user_profile_enabled)}
         #: Where entries and turns live: files + SQLite (the default) or PostgreSQL (``storage="postgresql://..."``).
@@ -193,8 +204,8 @@ class BuiltinMemoryProvider(MemoryProvider):
         if marker.exists():
             return
         try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(json.dumps({"scope": scope}, ensure_ascii=False), encoding="utf-8")
+            make_private_dirs(marker.parent)
+            write_private(marker, json.dumps({"scope": scope}, ensure_ascii=False).encode("utf-8"))
         except OSError as exc:
             raise MemoryFileError(
                 f"cannot create the memory folder of user {scope!r} ({marker.parent}): {exc.strerror or exc}. "
@@ -219,6 +230,16 @@ class BuiltinMemoryProvider(MemoryProvider):
         if not any(self.enabled.values()):
             return [SEARCH_TOOL]
         return [MEMORY_TOOL, SEARCH_TOOL]
+
+    def tool_schemas_for(self, scopes: dict[str, str] | None, user_id: str | None = None) -> list[ToolSchema]:
+        """:meth:`tool_schemas` as one session sees them: with a user id, the ``memory`` tool says whether the
+        agent's notes (``target="memory"``) are shared between users or private to this one (``scopes``)."""
+        schemas = self.tool_schemas()
+        if not user_id:
+            return schemas
+        notes = "private" if normalize_scope((scopes or {}).get("memory")) != DEFAULT_SCOPE else "shared"
+        tool = memory_tool_schema(notes)
+        return [tool if schema.name == tool.name else schema for schema in schemas]
 
     def add_write_listener(self, listener: WriteListener) -> None:
         self._listeners.append(listener)
@@ -486,14 +507,14 @@ class BuiltinMemoryProvider(MemoryProvider):
         if self._db is not None:
             found = self.index.search(query, limit=limit, user_id=user_id, drop_stopwords=False,  # type: ignore[call-arg]
                                       entry_scopes=scopes)
-            return _result(success=True, query=query,
+            return _result(success=True, query=_echo_query(query),
                            results=[dataclasses.replace(h, text=_clip_hit(h.text)).to_dict() for h in found])
         keys = {self.index_key(t, scopes[t]): t for t in TARGETS}
         hits = self.index.search(query, limit=limit, kinds=(*keys, "turn"), user_id=user_id, drop_stopwords=False)
         results = [
             dataclasses.replace(h, kind=keys.get(h.kind, h.kind), text=_clip_hit(h.text)).to_dict() for h in hits
         ]
-        return _result(success=True, query=query, results=results)
+        return _result(success=True, query=_echo_query(query), results=results)
 
     def shutdown(self) -> None:
         self.storage.close()

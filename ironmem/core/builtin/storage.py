@@ -43,6 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import MemoryFileError, StorageError
 from .index import SearchHit, SearchIndex
+from .private import prepare_home
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
 from .store import FileState, MemoryFile
 from .tools import Operation, apply_operation, check_limit
@@ -203,8 +204,7 @@ class FileStorage(MemoryStorage):
         #: Opened for inspection: nothing under ``home`` is created or changed (see :class:`SearchIndex`).
         self.read_only = read_only
         if not read_only:
-            self.home.mkdir(parents=True, exist_ok=True)
-            self.state_dir.mkdir(exist_ok=True)
+            prepare_home(self.home, self.state_dir)
         self._files: dict[tuple[str, str], MemoryFile] = {}
         self._index = SearchIndex(self.state_dir / "search.db", read_only=read_only)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import MemoryFileError, ReadOnlyError
+from .private import make_private_dirs, write_private
 
 __all__ = [
     "ENTRY_DELIMITER",
@@ -202,7 +203,7 @@ class HermesLock:
         if not self._thread_lock.acquire(timeout=max(0.0, timeout)):
             raise TimeoutError(str(self.path))
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
             fd = self._open()
             try:
                 _acquire(fd, deadline)
@@ -345,11 +346,8 @@ class MemoryFile:
         backup_dir = self.state_dir / "backups"
         target = backup_dir / f"{self.path.name}.{digest}.corrupt"
         try:
-            backup_dir.mkdir(parents=True, exist_ok=True)
             if not target.exists():
-                tmp = backup_dir / f"{_TMP_PREFIX}{target.name}"
-                tmp.write_bytes(raw)
-                os.replace(tmp, target)
+                write_private(target, raw)
         except OSError as exc:
             log.error("could not back up %s to %s: %s", self.path, target, exc)
         self._backed_up[digest] = target
@@ -406,10 +404,7 @@ class MemoryFile:
         if self.read_only or self.known_entries() == tuple(entries):
             return
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.known_path.with_name(f"{_TMP_PREFIX}{self.known_path.name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps({"entries": list(entries)}, ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, self.known_path)
+            write_private(self.known_path, json.dumps({"entries": list(entries)}, ensure_ascii=False).encode("utf-8"))
         except OSError as exc:
             log.warning("could not record the entries written to %s (%s)", self.path, exc)
 
@@ -521,17 +516,15 @@ class MemoryFile:
         """
         tmp_name: str | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
             fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{self.path.name}.", dir=self.path.parent)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(text.encode("utf-8"))
                 handle.flush()
                 os.fsync(handle.fileno())
-            with contextlib.suppress(OSError):
-                if self.path.exists():
-                    shutil.copymode(self.path, tmp_name)  # keep the user's permissions
-                else:
-                    os.chmod(tmp_name, 0o666 & ~_UMASK)  # a new file gets the usual mode, not mkstemp's 0600
+            if self.path.exists():  # keep the permissions the owner gave the file; a new one stays 0600 (mkstemp)
+                with contextlib.suppress(OSError):
+                    shutil.copymode(self.path, tmp_name)
             os.replace(tmp_name, self.path)
         except BaseException as exc:
             if tmp_name is not None:
@@ -583,12 +576,3 @@ def _split_known(entry: str, known_by_length: list[str]) -> tuple[str, str, str]
             return entry[: -len(known)].strip(), known, ""
     return None
 
-
-def _read_umask() -> int:
-    """The process umask. Reading it means setting it, so it is read once, at import, not while threads write."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()

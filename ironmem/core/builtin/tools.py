@@ -23,6 +23,7 @@ __all__ = [
     "apply_operation",
     "check_limit",
     "find_entry",
+    "memory_tool_schema",
     "parse_operations",
     "preview",
 ]
@@ -43,38 +44,73 @@ _OLD_TEXT = {
     "description": "REQUIRED for replace and remove: a short substring that identifies exactly one existing entry.",
 }
 
-MEMORY_TOOL = ToolSchema(
-    name="memory",
-    description=(
-        "Save durable facts to persistent memory, shown at the start of future sessions. "
-        "Use target=user for who the user is and their preferences, target=memory for your own notes. "
-        "Keep entries short; replace or remove stale ones. Use `operations` to apply several changes at once "
-        "(all or nothing)."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "action": _ACTION,
-            "target": _TARGET,
-            "content": _CONTENT,
-            "old_text": _OLD_TEXT,
-            "operations": {
-                "type": "array",
-                "description": (
-                    "Several changes applied together; if one fails, none is applied. An item without a target "
-                    "uses the top-level target."
-                ),
-                "items": {
-                    "type": "object",
-                    "properties": {"action": _ACTION, "target": _TARGET, "content": _CONTENT, "old_text": _OLD_TEXT},
-                    "required": ["action"],
+#: What the ``memory`` tool tells the model (Hermes's curated-memory guidance, in ironmem's words).
+MEMORY_GUIDANCE = (
+    "Save durable facts to persistent memory; they are shown at the start of every future session, so keep "
+    "each entry short, declarative and high-signal (a fact or a preference, not a story).\n\n"
+    "HOW: make several changes in ONE call with 'operations' (each item {action, content?, old_text?}): the batch "
+    "applies atomically (all or nothing) and the size limit is checked on the final result, so one call can "
+    "remove or shorten stale entries and add new ones. Use action/content/old_text alone for a single change. "
+    "replace and remove find the entry by a short unique substring (old_text); replace writes the COMPLETE new "
+    "entry.\n\n"
+    "WHEN: save when the user states a preference, a correction or a personal detail, or you learn a stable fact "
+    "about their environment, conventions or workflow: the best memory stops the user repeating themselves.\n\n"
+    "TARGETS: 'user' = who the user is (name, role, preferences, style); 'memory' = your own notes "
+    "(environment, conventions, tool quirks, lessons).\n\n"
+    "SKIP: trivial or easily re-discovered facts, raw data dumps, task progress, completed-work logs and "
+    "temporary TODO state: past conversations are already searchable with session_search. Reusable procedures "
+    "belong in a skill, not in memory."
+)
+
+_NOTES_SCOPE = {
+    "shared": " Your notes (target='memory') are SHARED: every user of this application sees them, so never put "
+              "anything about one user there; facts about this user go to target='user', which is private to them.",
+    "private": " Both targets are private to the current user: no other user sees what you save.",
+}
+
+
+def memory_tool_schema(notes: str | None = None) -> ToolSchema:
+    """The ``memory`` tool, its description saying who sees the agent's notes.
+
+    ``notes``: ``"shared"`` (a user session whose MEMORY.md is shared between users), ``"private"`` (a user
+    session whose MEMORY.md is the user's own) or None (no user ids: one person's memory, nothing to say).
+
+    Example:
+        >>> "SHARED" in memory_tool_schema("shared").description
+        True
+    """
+    extra = _NOTES_SCOPE.get(notes or "", "")
+    return ToolSchema(
+        name="memory",
+        description=MEMORY_GUIDANCE + extra,
+        parameters={
+            "type": "object",
+            "properties": {
+                "action": _ACTION,
+                "target": _TARGET,
+                "content": _CONTENT,
+                "old_text": _OLD_TEXT,
+                "operations": {
+                    "type": "array",
+                    "description": (
+                        "Several changes applied together, atomically, against the final size limit; if one "
+                        "fails, none is applied. An item without a target uses the top-level target."
+                    ),
+                    "items": {
+                        "type": "object",
+                        "properties": {"action": _ACTION, "target": _TARGET, "content": _CONTENT,
+                                       "old_text": _OLD_TEXT},
+                        "required": ["action"],
+                    },
                 },
             },
+            "required": ["target"],
         },
-        "required": ["target"],
-    },
-    provider="builtin",
-)
+        provider="builtin",
+    )
+
+
+MEMORY_TOOL = memory_tool_schema()
 
 SEARCH_TOOL = ToolSchema(
     name="session_search",
