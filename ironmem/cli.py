@@ -962,5 +962,10 @@ def _click_message(exc: BaseException) -> str:
     return f"{message} (see `{command} --help`)"
 
 
+# Command groups of other modules (ironmem/commands/<name>.py, each exposing register(app)).
+from .commands import archive as _archive_commands  # noqa: E402
+
+_archive_commands.register(app)
+
 if __name__ == "__main__":
     main()

@@ -68,7 +68,7 @@ def test_exact_duplicate_add_is_a_successful_no_op(manager: MemoryManager, home:
 
 
 def test_over_the_limit_is_refused_with_usage_and_entries(home: Path) -> None:
-    with MemoryManager(home=home, memory_char_limit=40) as manager:
+    with MemoryManager(home=home, memory_char_limit=40, overflow="refuse") as manager:
         call(manager, action="add", target="memory", content="a" * 30)
         before = (home / "MEMORY.md").read_bytes()
         result = call(manager, action="add", target="memory", content="b" * 20)

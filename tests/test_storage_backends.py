@@ -94,9 +94,11 @@ def test_limit_is_enforced_and_nothing_is_written(make_manager: Callable[..., Me
     assert s.manager.builtin.state("memory").entries == ("a" * 40,)
 
 
-def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., MemoryManager]) -> None:
-    """8 threads race to add 10-char entries into a 100-char file: exactly as many land as fit."""
-    manager = make_manager(memory_char_limit=100)
+@pytest.mark.parametrize("overflow", ["refuse", "archive"])
+def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., MemoryManager], overflow: str) -> None:
+    """30 threads race to add 9-char entries into a 100-char file. ``refuse``: exactly as many land as fit.
+    ``archive``: every write lands, the file holds as many as fit, the rest are in the archive, none lost."""
+    manager = make_manager(memory_char_limit=100, overflow=overflow)
     results: list[bool] = []
     lock = threading.Lock()
 
@@ -113,8 +115,12 @@ def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., Memory
         t.join()
     entries = manager.builtin.state("memory").entries
     # 9 entries of 9 chars + 8 separators of 3 chars = 105 > 100; 8 entries = 93.
-    assert len(entries) == 8 == sum(results)
-    assert manager.builtin.state("memory").chars <= 100
+    if overflow == "refuse":
+        assert len(entries) == 8 == sum(results)
+        return
+    assert len(entries) == 8 and sum(results) == 30
+    archived = [r.text for r in manager.builtin.archive_state("memory").archived_now(entries)]
+    assert sorted(archived + list(entries)) == [f"entry-{i:03d}" for i in range(30)]
 
 
 def test_frozen_snapshot_and_live_delta(make_manager: Callable[..., MemoryManager]) -> None:

@@ -334,7 +334,8 @@ class Session:
         if provider is self.manager.builtin:
             answer: str
             try:
-                answer = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
+                answer = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes,
+                                                               session_id=self.id)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
                 answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")

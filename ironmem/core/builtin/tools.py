@@ -46,27 +46,25 @@ _OLD_TEXT = {
 
 #: What the ``memory`` tool tells the model (Hermes's curated-memory guidance, in ironmem's words).
 MEMORY_GUIDANCE = (
-    "Save durable facts to persistent memory; they are shown at the start of every future session, so keep "
-    "each entry short, declarative and high-signal (a fact or a preference, not a story).\n\n"
-    "HOW: make several changes in ONE call with 'operations' (each item {action, content?, old_text?}): the batch "
-    "applies atomically (all or nothing) and the size limit is checked on the final result, so one call can "
-    "remove or shorten stale entries and add new ones. Use action/content/old_text alone for a single change. "
-    "replace and remove find the entry by a short unique substring (old_text); replace writes the COMPLETE new "
-    "entry.\n\n"
-    "WHEN: save when the user states a preference, a correction or a personal detail, or you learn a stable fact "
-    "about their environment, conventions or workflow: the best memory stops the user repeating themselves.\n\n"
-    "TARGETS: 'user' = who the user is (name, role, preferences, style); 'memory' = your own notes "
-    "(environment, conventions, tool quirks, lessons).\n\n"
-    "SKIP: trivial or easily re-discovered facts, raw data dumps, task progress, completed-work logs and "
-    "temporary TODO state: past conversations are already searchable with session_search. Reusable procedures "
-    "belong in a skill, not in memory."
+    "Save durable facts to persistent memory, shown at the start of every future session: short, declarative, "
+    "high-signal entries. HOW: put several changes in ONE call with 'operations' ({action, content?, old_text?} "
+    "each): the batch is atomic (all or nothing) and the limit is checked on the final result. replace/remove "
+    "find an entry by a short unique substring (old_text); replace writes the COMPLETE new entry. WHEN: the user "
+    "states a preference, correction or personal detail, or you learn a stable fact about their environment, "
+    "conventions or workflow. TARGETS: 'user' = who the user is; 'memory' = your notes (environment, conventions, "
+    "tool quirks, lessons). SKIP: trivial or easily re-found facts, raw data, task progress, completed-work logs, "
+    "temporary TODO state (past conversations are searchable with session_search). Reusable procedures belong in "
+    "a skill, not in memory."
 )
 
 _NOTES_SCOPE = {
-    "shared": " Your notes (target='memory') are SHARED: every user of this application sees them, so never put "
-              "anything about one user there; facts about this user go to target='user', which is private to them.",
-    "private": " Both targets are private to the current user: no other user sees what you save.",
+    "shared": " Notes (target='memory') are SHARED with every user of this app: nothing about this user there; "
+              "target='user' is private to them.",
+    "private": " Both targets are private to the current user: no other user sees them.",
 }
+
+#: LlamaIndex refuses a tool description over 1,024 characters; the longest variant stays under it.
+MAX_DESCRIPTION_CHARS = 1024
 
 
 def memory_tool_schema(notes: str | None = None) -> ToolSchema:
