@@ -488,3 +488,118 @@ def test_session_search_echoes_a_huge_query_only_in_part(make_manager: Callable[
     answer = session.handle_tool_call("session_search", {"query": query})
     assert len(answer) < 2_000
     assert json.loads(answer)["success"] is True
+
+
+# -- capacity and time (issue 37): archive, merge first, supersession -------------------------------------------
+def _add(session: object, content: str, target: str = "memory") -> dict[str, object]:
+    return call(session, "memory", action="add", target=target, content=content)
+
+
+def test_a_full_file_moves_its_least_recalled_oldest_entry_to_the_archive(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager(memory_char_limit=120)
+    first = manager.start_session("s1")
+    for fact in ("The deploy target is Ubuntu 22.04 on Hetzner", "The staging database is Postgres 15"):
+        assert _add(first, fact)["success"]
+    first.end()
+    second = manager.start_session("s2")
+    # recalled once: it stays, the other (never recalled) moves although it is not older
+    assert [h["text"] for h in call(second, "session_search", query="Hetzner deploy")["results"]][0].startswith("The deploy")  # type: ignore[index]
+    result = _add(second, "CI runs on GitHub Actions with two workers")
+    assert result["success"] is True
+    assert result["archived"] == [{"target": "memory", "entry": "The staging database is Postgres 15"}]
+    assert "archive" in str(result["archive_note"])
+    assert manager.builtin.state("memory").entries == (
+        "The deploy target is Ubuntu 22.04 on Hetzner", "CI runs on GitHub Actions with two workers")
+    (record,) = manager.builtin.archive_state("memory").archived_now()
+    assert record.text == "The staging database is Postgres 15" and record.recalls == 0
+    assert record.since is not None and record.at >= record.since and "full" in str(record.reason)
+    # still found, marked archived, dated; and recalled by prefetch
+    found = call(second, "session_search", query="staging database")["results"]
+    assert found[0]["status"] == "archived" and found[0]["text"] == record.text  # type: ignore[index]
+    assert "date" in found[0] and "archived_on" in found[0]  # type: ignore[operator]
+    third = manager.start_session("s3")
+    assert "Postgres 15" in third.prefetch("which staging database do we use?").fenced()
+    # restored: back in the file, and the file's least recalled entry moves out to make room
+    state = manager.builtin.restore("memory", record.id, session_id="s3")
+    assert record.text in state.entries and len(state.entries) == 2
+    assert record.text not in [r.text for r in manager.builtin.archive_state("memory").archived_now(state.entries)]
+
+
+def test_entries_written_in_this_session_never_move(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100)
+    session = manager.start_session("s1")
+    assert _add(session, "a" * 45)["success"] and _add(session, "b" * 45)["success"]
+    refused = _add(session, "c" * 45)
+    assert refused["success"] is False and "written in this session" in str(refused["error"])
+    assert "current_entries" in refused
+    later = manager.start_session("s2")
+    moved = _add(later, "c" * 45)
+    assert moved["success"] is True and moved["archived"] == [{"target": "memory", "entry": "a" * 45}]
+
+
+def test_overflow_refuse_keeps_hermes_behaviour(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100, overflow="refuse")
+    manager.start_session("s1").handle_tool_call("memory", {"action": "add", "target": "memory", "content": "a" * 60})
+    result = _add(manager.start_session("s2"), "b" * 60)
+    assert result["success"] is False and "current_entries" in result and "retry" in str(result["error"])
+    assert manager.builtin.archive_state("memory").archived_now() == []
+    with pytest.raises(ValueError, match="overflow must be"):
+        make_manager(overflow="drop")
+
+
+def test_a_near_duplicate_add_updates_the_entry_it_duplicates(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager()
+    session = manager.start_session("s1")
+    assert _add(session, "User prefers dark mode", "user")["success"]
+    merged = _add(session, "User prefers dark mode in every editor", "user")
+    assert merged["merged"] == [{"target": "user", "entry": "User prefers dark mode",
+                                 "now": "User prefers dark mode in every editor"}]
+    assert manager.builtin.state("user", session.scopes["user"]).entries == ("User prefers dark mode in every editor",)
+    covered = _add(session, "user prefers DARK mode!", "user")  # says less than the entry: nothing changes
+    assert covered["merged"][0]["now"].startswith("unchanged")  # type: ignore[index]
+    # different facts that share most words are not merged
+    assert _add(session, "server A runs nginx")["success"] and _add(session, "server B runs nginx")["success"]
+    assert len(manager.builtin.state("memory").entries) == 2
+    (version,) = manager.builtin.archive_state("user", session.scopes["user"]).superseded_now()
+    assert version.how == "merge" and version.by == "User prefers dark mode in every editor"
+
+
+def test_a_replace_keeps_the_old_fact_as_a_dated_superseded_version(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager()
+    session = manager.start_session("s1")
+    assert _add(session, "Ada lives in Lisbon", "user")["success"]
+    replaced = call(session, "memory", action="replace", target="user", old_text="Lisbon", content="Ada lives in Porto")
+    assert replaced["replaced_entry"] == "Ada lives in Lisbon" and replaced["kept_as_superseded"] is True
+    now = call(session, "session_search", query="where does Ada live now")["results"]
+    assert [h["text"] for h in now if h["kind"] == "user"] == ["Ada lives in Porto"]  # type: ignore[index, union-attr]
+    before = call(session, "session_search", query="where did Ada live before")["results"]
+    old = [h for h in before if h.get("status") == "superseded"]  # type: ignore[union-attr]
+    assert [h["text"] for h in old] == ["Ada lives in Lisbon"]
+    assert {"valid_from", "valid_until", "replaced_by"} <= set(old[0])
+    assert "superseded" in manager.start_session("s2").prefetch("where did Ada live before Porto?").fenced()
+
+
+def test_a_soft_warning_comes_before_the_file_is_full(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100)
+    session = manager.start_session("s1")
+    assert "warning" not in _add(session, "x" * 50)
+    warned = _add(session, "y" * 35)
+    assert "88% full" in str(warned["warning"]) and "archive" in str(warned["warning"])
+
+
+def test_provenance_rides_along_through_the_archive(make_manager: Callable[..., MemoryManager]) -> None:
+    """The custody layer may attach a provenance dict to a record; it survives every move (both backends)."""
+    from ironmem.core.builtin.archive import Record
+
+    manager = make_manager(memory_char_limit=60)
+    storage = manager.builtin.storage
+    origin = {"origin": "user", "session": "s0"}
+    storage.transact_scoped({"memory": ""}, lambda cur: {"memory": ["x" * 50]},
+                            archive=lambda: {"memory": [Record("written", "x" * 50, 1.0, provenance=origin)]})
+    assert _add(manager.start_session("s1"), "y" * 50)["success"]
+    (moved,) = manager.builtin.archive_state("memory").archived_now()
+    assert moved.text == "x" * 50 and moved.provenance == origin

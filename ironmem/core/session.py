@@ -264,6 +264,9 @@ class Session:
                 log.warning("built-in recall failed: %s", exc)
                 hits = []
             history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
+            # entries that left a full file for the archive are still recalled (issue 37), before the turns
+            archived = manager.builtin.recall_archived(user_message, scopes=self.scopes, limit=budget.items)
+            history = [RecallItem("history", clip(text), date=date) for text, date in archived] + history
         candidates = _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
         with self._lock:

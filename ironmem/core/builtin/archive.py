@@ -82,6 +82,7 @@ __all__ = [
     "Record",
     "archive_order",
     "asks_about_past",
+    "asks_about_present",
     "covers",
     "near_duplicate",
     "usage_warning",
@@ -181,6 +182,16 @@ class ArchiveState:
             elif record.event == "superseded":
                 self.superseded.append(record)
 
+    def with_recalls(self, counts: Mapping[str, int]) -> ArchiveState:
+        """A copy that also counts ``counts`` (recalls not logged yet); this state is left as it is."""
+        if not counts:
+            return self
+        info = dict(self.info)
+        for text, n in counts.items():
+            found = info.get(text) or EntryInfo()
+            info[text] = EntryInfo(found.written, found.session, found.recalls + n, found.provenance)
+        return ArchiveState(info, self.archived, self.superseded, self.records)
+
     def archived_now(self, live: Iterable[str] = ()) -> list[Record]:
         """The archived entries, oldest move first, without any that is back in the file (restored, re-added,
         or a move a crash interrupted before the file was written)."""
@@ -271,6 +282,27 @@ def asks_about_past(query: str) -> bool:
     if any(p in lowered for p in _PAST_PHRASES):
         return True
     return any(w in _PAST for w in _WORDS.findall(lowered))
+
+
+_PRESENT = frozenset("now currently current nowadays lately today still presently".split())
+_PRESENT_PHRASES = ("these days", "at the moment", "right now", "any more", "anymore", "at present")
+
+
+def asks_about_present(query: str) -> bool:
+    """Whether ``query`` asks how things are NOW ("which phone do I use now?", "who is my manager these
+    days?"): recall then prefers the latest of two turns about the same thing. A question that also asks about
+    the past (:func:`asks_about_past`) does not count.
+
+    Example:
+        >>> asks_about_present("where do I live now?"), asks_about_present("where did I live before?")
+        (True, False)
+    """
+    lowered = query.lower()
+    if asks_about_past(query):
+        return False
+    if any(p in lowered for p in _PRESENT_PHRASES):
+        return True
+    return any(w in _PRESENT for w in _WORDS.findall(lowered))
 
 
 def usage_warning(used: int, limit: int, name: str, overflow: str) -> str | None:

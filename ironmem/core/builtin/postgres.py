@@ -175,14 +175,14 @@ MIGRATIONS.append((
     3,
     "the archive log (issue 37): archived, superseded, written, restored and recalled records per (scope, target)",
     """
-    CREATE TABLE {s}.archive (
+    CREATE TABLE IF NOT EXISTS {s}.archive (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         scope text NOT NULL,
         target text NOT NULL,
         record jsonb NOT NULL,
         at timestamptz NOT NULL DEFAULT clock_timestamp()
     );
-    CREATE INDEX archive_scope_target ON {s}.archive (scope, target, seq);
+    CREATE INDEX IF NOT EXISTS archive_scope_target ON {s}.archive (scope, target, seq);
     """,
 ))
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from .archive import (
 )
 from .index import SearchHit, SearchIndex
 from .private import make_private_dirs, prepare_home, write_private
-from .ranking import query_terms, rank_entries
+from .ranking import query_terms, rank_entries, tokens
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
 from .storage import EntryFile, FileStorage, MemoryStorage, TurnIndex, open_storage
 from .store import ENTRY_DELIMITER, FileState, MemoryFile, format_usage
@@ -308,6 +309,10 @@ class BuiltinMemoryProvider(MemoryProvider):
             now = time.time()
             return [Record("recalled", text, now, n=n) for text, n in counts.items()]
 
+    def _pending_recalls(self, target: str, scope: str) -> dict[str, int]:
+        with self._recalls_lock:
+            return dict(self._recalls.get((scope, target), {}))
+
     def _count_recalls(self, target: str, scope: str, texts: list[str]) -> None:
         if not texts or self.read_only:
             return
@@ -469,7 +474,8 @@ class BuiltinMemoryProvider(MemoryProvider):
                     backup = files[target].save_backup()
                     if backup is not None:
                         backups[target] = backup
-            logs = {t: self.archive_state(t, scopes[t]) for t in targets}
+            logs = {t: self.archive_state(t, scopes[t]).with_recalls(self._pending_recalls(t, scopes[t]))
+                    for t in targets}
             try:
                 plan = self._plan(operations, current, batch=batch, logs=logs, session_id=session_id,
                                   restoring=restoring)
@@ -521,7 +527,8 @@ class BuiltinMemoryProvider(MemoryProvider):
         def change(current: dict[str, FileState]) -> dict[str, list[str]]:
             # May run again after a lost connection: keep only the last attempt's side results. The archive is
             # read here, under the rows' locks (its rows are written only while they are held).
-            logs = {t: db.archive_state(scopes[t], t) for t in current}
+            logs = {t: db.archive_state(scopes[t], t).with_recalls(self._pending_recalls(t, scopes[t]))
+                    for t in current}
             planned["plan"] = plan = self._plan(operations, current, batch=batch, logs=logs, session_id=session_id,
                                                 restoring=restoring)
             return plan.entries
@@ -781,6 +788,31 @@ class BuiltinMemoryProvider(MemoryProvider):
             out.append(item)
         for target, texts in recalled.items():
             self._count_recalls(target, scopes[target], texts)
+        return out
+
+    def recall_archived(self, query: str, *, scopes: dict[str, str] | None = None, limit: int = 3
+                        ) -> list[tuple[str, str | None]]:
+        """Archived entries (and, for a question about the past, superseded ones, marked) relevant to ``query``,
+        for a session's prefetch: ``[(labelled text, date or None)]``, best first. Never raises."""
+        try:
+            found = self.search(query, scopes=scopes, limit=limit, turns=False, live=False)
+        except Exception as exc:  # recall must never fail a turn
+            log.warning("recall of archived entries failed: %s", exc)
+            return []
+        strong = [t for t in query_terms(query) if not t.weak]
+        out: list[tuple[str, str | None]] = []
+        for hit in found:
+            words = tokens(hit["text"])
+            counts = Counter(words)
+            if not any(term.count(words, counts) for term in strong):
+                continue  # recalled unasked only when it shares a content word with the message
+            label = "memory" if hit["kind"] == "memory" else "user profile"
+            if hit.get("status") == "superseded":
+                text = (f"[{label}, superseded - true {hit.get('valid_from', '?')} to {hit.get('valid_until', '?')}, "
+                        f"no longer current] {hit['text']}")
+                out.append((text, None))
+            else:
+                out.append((f"[{label}, archived] {hit['text']}", hit.get("date")))
         return out
 
     @staticmethod
