@@ -179,8 +179,9 @@ class ArchiveState:
                 self.archived.pop(record.text, None)
                 info.written = record.at
                 info.session = record.session
-            elif record.event == "superseded":
+            elif record.event == "superseded":  # an archived version that is replaced is no longer current
                 self.superseded.append(record)
+                self.archived.pop(record.text, None)
 
     def with_recalls(self, counts: Mapping[str, int]) -> ArchiveState:
         """A copy that also counts ``counts`` (recalls not logged yet); this state is left as it is."""
@@ -217,17 +218,23 @@ _WORDS = re.compile(r"[^\W_]+")
 MERGE_MIN_WORDS = 3
 
 
-def _word_set(text: str) -> frozenset[str]:
-    return frozenset(tokens(text)) or frozenset(w.lower() for w in _WORDS.findall(text))
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(tokens(text)) or tuple(w.lower() for w in _WORDS.findall(text))
+
+
+def _within(small: tuple[str, ...], large: tuple[str, ...]) -> bool:
+    """Whether ``small`` is a subsequence of ``large`` (its words, in its order, with others in between)."""
+    rest = iter(large)
+    return all(word in rest for word in small)
 
 
 def near_duplicate(old: str, new: str) -> bool:
-    """Whether ``new`` nearly duplicates ``old``: the same words once case, punctuation, word order and word
-    endings are folded (``ranking.tokens``: Snowball stems), or the words of one all within the other's when the
-    smaller has at least ``MERGE_MIN_WORDS`` distinct words and the larger adds at most as many again.
+    """Whether ``new`` nearly duplicates ``old``: the same words in the same order once case, punctuation and word
+    endings are folded (``ranking.tokens``: Snowball stems), or the words of one all within the other's, in order,
+    when the shorter has at least ``MERGE_MIN_WORDS`` distinct words and the longer adds at most as many again.
 
-    Deterministic, linear in the texts. Two facts that differ in one word ("server A" / "server B") are not
-    near-duplicates: each holds a word the other lacks.
+    Deterministic, linear in the texts. Two facts that differ in one word ("server A" / "server B") or in the
+    order of their words ("fact 3-4" / "fact 4-3") are not near-duplicates.
 
     Example:
         >>> near_duplicate("User prefers dark mode", "User prefers dark mode in every editor")
@@ -235,19 +242,21 @@ def near_duplicate(old: str, new: str) -> bool:
         >>> near_duplicate("server A runs nginx", "server B runs nginx")
         False
     """
-    a, b = _word_set(old), _word_set(new)
+    a, b = _words(old), _words(new)
     if not a or not b:
         return False
     if a == b:
         return True
     small, large = (a, b) if len(a) <= len(b) else (b, a)
-    return len(small) >= MERGE_MIN_WORDS and small <= large and len(large) <= 2 * len(small)
+    return len(set(small)) >= MERGE_MIN_WORDS and len(large) <= 2 * len(small) and _within(small, large)
 
 
 def covers(existing: str, new: str) -> bool:
-    """Whether ``existing`` already says all ``new`` says, and more: ``new``'s words are a proper subset of its
-    words (a near-duplicate add then leaves the entry as it is; otherwise the new wording replaces it)."""
-    return _word_set(new) < _word_set(existing)
+    """Whether ``existing`` already says all ``new`` says, and more: ``new``'s words are within its words, in
+    order, and it has more (a near-duplicate add then leaves the entry as it is; otherwise the new wording
+    replaces it)."""
+    a, b = _words(existing), _words(new)
+    return len(b) < len(a) and _within(b, a)
 
 
 def archive_order(entries: Sequence[str], state: ArchiveState) -> list[int]:

@@ -565,6 +565,15 @@ class BuiltinMemoryProvider(MemoryProvider):
         superseded: dict[str, list[tuple[str, str, str]]] = {t: [] for t in current}  # (old, new, how)
         for position, op in enumerate(operations, 1):
             before = entries[op.target]
+            if op.action == "replace" and self._archived_match(before, op, logs.get(op.target)) is not None:
+                # the entry it names left the full file: the archived version is superseded, the new one added
+                old = self._archived_match(before, op, logs.get(op.target)) or ""
+                entries[op.target] = [*before, op.content] if op.content not in before else before
+                superseded[op.target].append((old, op.content, "replace"))
+                touched[op.target].add(op.content)
+                replaced[position] = old
+                changed.append(("add", op.target, op.content))
+                continue
             if op.action in ("replace", "remove"):
                 matched = before[find_entry(before, op.old_text, op.target)]
                 if matched in current[op.target].suspect:
@@ -578,6 +587,22 @@ class BuiltinMemoryProvider(MemoryProvider):
             elif op.content not in before:  # merge first: an add that nearly duplicates an entry updates it
                 twin = next((e for e in before if e not in current[op.target].suspect
                              and near_duplicate(e, op.content)), None)
+                log_state = logs.get(op.target)
+                shelved = None if twin is not None or log_state is None else next(
+                    (r.text for r in reversed(log_state.archived_now(before)) if near_duplicate(r.text, op.content)),
+                    None)
+                if shelved is not None:  # it duplicates an archived entry: that one is updated and comes back
+                    if covers(shelved, op.content):
+                        restoring = restoring or log_state.archived.get(shelved) if log_state else restoring
+                        text = shelved
+                    else:
+                        superseded[op.target].append((shelved, op.content, "merge"))
+                        text = op.content
+                    entries[op.target] = [*before, text]
+                    touched[op.target].add(text)
+                    changed.append(("add", op.target, text))
+                    merged.append((op.target, shelved, text))
+                    continue
                 if twin is not None:
                     if not covers(twin, op.content):
                         entries[op.target] = [op.content if e == twin else e for e in before]
@@ -695,6 +720,17 @@ class BuiltinMemoryProvider(MemoryProvider):
             fields["note"] = (f"{kept} block(s) of text added to the file by hand without a § line were kept as "
                               f"entries of their own; the file as it was is saved at {fields['backup']}")
         return _result(**fields)
+
+    def _archived_match(self, live: list[str], op: Operation, log_state: ArchiveState | None) -> str | None:
+        """The archived entry a ``replace`` names when no entry in the file holds ``old_text`` (an entry equal to
+        it, else the unique one holding it); None otherwise (the usual no-match error follows)."""
+        if log_state is None or not log_state.archived or any(op.old_text in e for e in live):
+            return None
+        archived = [r.text for r in log_state.archived_now(live)]
+        if op.old_text in archived:
+            return op.old_text
+        holding = [t for t in archived if op.old_text in t]
+        return holding[0] if len(holding) == 1 else None
 
     def _capacity_fields(self, fields: dict[str, Any], outcome: WriteOutcome) -> None:
         """Say in a tool result what the archive tier, merge-first and supersession did, and warn near a limit."""
