@@ -39,10 +39,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _util import metadata, percentile, table, write_json  # noqa: E402
+from _util import metadata, percentile, table, write_json
 
-from ironmem import MemoryManager  # noqa: E402
-from ironmem.core.builtin.archive import near_duplicate  # noqa: E402
+from ironmem import MemoryManager
+from ironmem.core.builtin.archive import near_duplicate
 
 #: (statement, present question, past question, values): ``{s}`` is the subject id, ``{v}`` its value.
 TEMPLATES = [
