@@ -2,6 +2,7 @@
 
     python benchmarks/capacity_sim.py                 # 10,000 writes over 500 sessions, files + SQLite
     python benchmarks/capacity_sim.py --quick         # 1,000 writes over 50 sessions
+    python benchmarks/capacity_sim.py --storage postgres      # a throwaway PostgreSQL cluster (ironmem.testing)
     python benchmarks/capacity_sim.py --storage postgresql://user@host/db
     python benchmarks/capacity_sim.py --overflow refuse   # Hermes's behaviour, for comparison in the same setup
     python benchmarks/capacity_sim.py --json out.json
@@ -176,26 +177,26 @@ def run(writes: int, sessions: int, *, storage: str | None, overflow: str, seed:
     def top5(query: str) -> list[dict[str, Any]]:
         return list(json.loads(probe.handle_tool_call("session_search", {"query": query, "limit": 5}))["results"])
 
-    archived_subjects = [s for s in agent.subjects if s["current"] in archived]
+    archived_subjects = [x for x in agent.subjects if x["current"] in archived]
     sample = rng.sample(archived_subjects, min(300, len(archived_subjects)))
-    found_archived = sum(1 for s in sample if any(h["text"] == s["current"]
-                                                  for h in top5(TEMPLATES[s["template"]][1].format(s=s["name"]))))
-    updated = [s for s in agent.subjects if s["updates"]]
+    found_archived = sum(1 for subj in sample if any(h["text"] == subj["current"]
+                                                  for h in top5(TEMPLATES[subj["template"]][1].format(s=subj["name"]))))
+    updated = [x for x in agent.subjects if x["updates"]]
     sample_u = rng.sample(updated, min(300, len(updated)))
     current_first = past_found = 0
-    for s in sample_u:
-        hits = top5(TEMPLATES[s["template"]][1].format(s=s["name"]))
+    for subj in sample_u:
+        hits = top5(TEMPLATES[subj["template"]][1].format(s=subj["name"]))
         texts_found = [h["text"] for h in hits]
-        if s["current"] in texts_found:
-            rank = texts_found.index(s["current"])
-            older = [i for i, h in enumerate(hits) if h["text"] in s["history"][:-1] and h["text"] != s["current"]]
+        if subj["current"] in texts_found:
+            rank = texts_found.index(subj["current"])
+            older = [i for i, h in enumerate(hits) if h["text"] in subj["history"][:-1] and h["text"] != subj["current"]]
             current_first += all(i > rank for i in older)
-        past = top5(TEMPLATES[s["template"]][2].format(s=s["name"]))
-        past_found += any(h.get("status") == "superseded" and h["text"] in s["history"][:-1] for h in past)
+        past = top5(TEMPLATES[subj["template"]][2].format(s=subj["name"]))
+        past_found += any(h.get("status") == "superseded" and h["text"] in subj["history"][:-1] for h in past)
     manager.close()
     return {
         "writes": len(seconds), "sessions": sessions, "overflow": overflow,
-        "storage": storage.split("@")[-1] if storage else "files",
+        "storage": "postgresql" if storage else "files",
         "subjects": len(agent.subjects), "texts_written": len(texts),
         "outcomes": outcomes,
         "full_share": round(full_at_write / max(1, len(seconds)), 3),
@@ -215,14 +216,27 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1,000 writes over 50 sessions")
     ap.add_argument("--writes", type=int, default=10_000)
     ap.add_argument("--sessions", type=int, default=500)
-    ap.add_argument("--storage", default=None, help="a postgresql:// URL (default: files + SQLite)")
+    ap.add_argument("--storage", default=None,
+                    help="'postgres' (a throwaway cluster) or a postgresql:// URL (default: files + SQLite)")
     ap.add_argument("--overflow", choices=["archive", "refuse"], default="archive")
     ap.add_argument("--seed", type=int, default=37)
     ap.add_argument("--json", help="also write the report to this file")
     args = ap.parse_args()
     writes, sessions = (1000, 50) if args.quick else (args.writes, args.sessions)
     t0 = time.perf_counter()
-    report = run(writes, sessions, storage=args.storage, overflow=args.overflow, seed=args.seed)
+    report: dict[str, Any]
+    if args.storage == "postgres":
+        from ironmem.testing.postgres import PostgresCluster, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason:
+            print(f"capacity_sim skipped: {reason}")
+            return 0
+        with PostgresCluster() as cluster:
+            report = run(writes, sessions, storage=cluster.create_database("capacity"), overflow=args.overflow,
+                         seed=args.seed)
+    else:
+        report = run(writes, sessions, storage=args.storage, overflow=args.overflow, seed=args.seed)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     rows = [[kind, str(c["ok"]), str(c["refused"])] for kind, c in sorted(report["outcomes"].items())]
     print(f"capacity_sim: {report['writes']:,} writes over {report['sessions']} sessions, overflow={args.overflow}, "
@@ -241,7 +255,8 @@ def main() -> int:
     report["meta"] = metadata(args.quick)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
-    path = write_json("capacity_sim" + ("_refuse" if args.overflow == "refuse" else ""), report)
+    path = write_json("capacity_sim" + ("_postgres" if report["storage"] == "postgresql" else "")
+                      + ("_refuse" if args.overflow == "refuse" else ""), report)
     print(f"JSON: {path}")
     return 0 if report["lost"] == 0 or args.overflow == "refuse" else 1
 

@@ -578,7 +578,8 @@ class SearchIndex:
                         relevant: set[tuple[str, object]], limit: int) -> list[tuple[str, object]]:
         """Recall prefers current facts (issue 37): for a question about the present, a turn among the first
         ``limit`` yields its place to a LATER turn of the candidates that the dense model also finds relevant to
-        the question (``relevant``: its similarity stands out from the chance level, the fusion's own floor), the
+        the question (``relevant``: its dense score passes the fusion's own floor, ``DENSE_FLOOR`` times the chance
+        maximum over all N turns; a stricter bar, the chance maximum itself, was tried and recalled no update), the
         best-ranked such turn. The earlier turn stays, one place down; each turn moves at most once."""
         out = list(order)
         moved: set[tuple[str, object]] = set()

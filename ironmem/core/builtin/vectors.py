@@ -708,27 +708,6 @@ class VectorIndex:
             best.setdefault(int(rowid) // SLOTS, 1.0 - float(distance))
         return list(best.items())[:k]
 
-    def turn_vectors(self, turn_ids: list[int]) -> dict[int, Any]:
-        """The window vectors of each of ``turn_ids`` that the worker has embedded: ``{turn_id: (windows, dims)}``
-        float32 arrays (turns not embedded yet are left out)."""
-        import numpy as np
-
-        out: dict[int, list[Any]] = {}
-        with self._lock:
-            for turn_id in turn_ids:
-                rows = self._conn.execute(
-                    "SELECT embedding FROM vec_turns WHERE rowid BETWEEN ? AND ?",
-                    (turn_id * SLOTS, turn_id * SLOTS + SLOTS - 1),
-                ).fetchall()
-                if rows:
-                    out[turn_id] = [_unpack(blob, self.dims) for (blob,) in rows]
-        return {k: np.stack(v) for k, v in out.items()}
-
-    def vector_stats(self, vector: Any) -> tuple[float, float, int] | None:
-        """:meth:`similarity_stats` for a vector (a stored window's, say) rather than a query text."""
-        with self._lock:
-            return self._moments.stats(vector)
-
     def similarity_stats(self, query: str | bytes) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, count)`` of the cosine similarity between ``query`` and EVERY stored
         window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two."""
