@@ -70,6 +70,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import MemoryFileError
 from .private import make_private_dirs
 from .ranking import tokens
 
@@ -400,6 +401,7 @@ class ArchiveFile:
         memory_path = Path(memory_path)
         self.path = memory_path.with_name(f"{memory_path.stem}.archive.jsonl")
         self.file_name = memory_path.name
+        self.memory_path = memory_path
         self._state = ArchiveState()
         self._offset = 0
         self._ident: tuple[int, int] | None = None
@@ -430,6 +432,16 @@ class ArchiveFile:
         """Append ``records`` durably (fsync). Call only while holding the memory file's lock."""
         if not records:
             return
+        try:
+            self._append(records)
+        except OSError as exc:
+            raise MemoryFileError(
+                f"could not write {self.memory_path}: its archive log {self.path.name} could not be written "
+                f"({exc.strerror or exc}). The previous file is intact; nothing was written. Free disk space or "
+                "make the folder writable, then retry."
+            ) from exc
+
+    def _append(self, records: Sequence[Record]) -> None:
         make_private_dirs(self.path.parent)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self.path, flags, 0o600)
