@@ -78,6 +78,7 @@ app = typer.Typer(
 #: Command modules in ironmem/commands/, each exposing ``register(app)`` (one line per module; see
 #: :mod:`ironmem.commands`).
 COMMAND_MODULES: tuple[str, ...] = (
+    "archive",
     "search",
     "setup",
     "portable",

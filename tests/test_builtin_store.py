@@ -68,7 +68,7 @@ def test_exact_duplicate_add_is_a_successful_no_op(manager: MemoryManager, home:
 
 
 def test_over_the_limit_is_refused_with_usage_and_entries(home: Path) -> None:
-    with MemoryManager(home=home, memory_char_limit=40) as manager:
+    with MemoryManager(home=home, memory_char_limit=40, overflow="refuse") as manager:
         call(manager, action="add", target="memory", content="a" * 30)
         before = (home / "MEMORY.md").read_bytes()
         result = call(manager, action="add", target="memory", content="b" * 20)
@@ -158,15 +158,43 @@ def test_limits_must_be_positive(home: Path) -> None:
         MemoryManager(home=home, memory_char_limit=0)
 
 
-def test_a_new_memory_file_gets_the_usual_permissions(manager: MemoryManager, home: Path) -> None:
+def test_everything_ironmem_creates_is_private_to_its_owner_whatever_the_umask(tmp_path: Path) -> None:
+    """Issue 35 item 1: memory files, lock files, records, backups, user folders and the SQLite index are 0600
+    (folders 0700) even under umask 0; a mode the owner chose for an existing file is kept."""
     import os
     import stat
 
+    home = tmp_path / "fresh" / "home"
+    previous = os.umask(0)
+    try:
+        with MemoryManager(home=home) as manager:
+            session = manager.start_session("s1", user_id="ada")
+            for target in ("memory", "user"):
+                assert json.loads(session.handle_tool_call(
+                    "memory", {"action": "add", "target": target, "content": f"a {target} fact"}))["success"]
+            session.sync_turn("hello", "hi there")
+            # a hand edit makes the next write save a .bak copy first
+            user_md = manager.builtin.file("user", session.scopes["user"]).path
+            user_md.write_text(user_md.read_text(encoding="utf-8") + "\nhand-added line", encoding="utf-8")
+            os.chmod(user_md, 0o600)
+            assert json.loads(session.handle_tool_call(
+                "memory", {"action": "add", "target": "user", "content": "another user fact"}))["success"]
+            session.end()
+    finally:
+        os.umask(previous)
+    made = [home.parent, home, *home.rglob("*")]
+    assert any(p.name.endswith(".lock") for p in made) and any(".bak." in p.name for p in made)
+    assert any(p.name == "search.db" for p in made) and any(p.name == "scope.json" for p in made)
+    loose = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in made
+             if stat.S_IMODE(p.stat().st_mode) & 0o077}
+    assert loose == {}
+
+
+def test_a_mode_the_owner_gave_a_memory_file_is_kept(manager: MemoryManager, home: Path) -> None:
+    import stat
+
     call(manager, action="add", target="user", content="Name: Ada")
-    mode = stat.S_IMODE((home / "USER.md").stat().st_mode)
-    mask = os.umask(0)
-    os.umask(mask)
-    assert mode == 0o666 & ~mask
-    os.chmod(home / "USER.md", 0o640)
+    assert stat.S_IMODE((home / "USER.md").stat().st_mode) == 0o600
+    (home / "USER.md").chmod(0o640)
     call(manager, action="add", target="user", content="Likes tea")
     assert stat.S_IMODE((home / "USER.md").stat().st_mode) == 0o640

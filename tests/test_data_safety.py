@@ -256,7 +256,7 @@ def test_duplicates_on_disk_are_read_once_and_can_be_removed(home: Path) -> None
 
 def test_remove_and_shrinking_replace_allowed_over_the_limit_growth_refused(home: Path) -> None:
     (home / "MEMORY.md").write_text("a" * 30 + "\n§\n" + "b" * 30, encoding="utf-8")
-    with MemoryManager(home=home, memory_char_limit=40) as manager:
+    with MemoryManager(home=home, memory_char_limit=40, overflow="refuse") as manager:
         session = manager.start_session()
         grow = tool(session, action="replace", target="memory", old_text="aaa", content="c" * 40)
         assert grow["success"] is False and "current_entries" in grow

@@ -64,7 +64,7 @@ async def test_agent_executor_with_classic_memory(manager: MemoryManager, mode: 
     assert len(requests) == 5 and {r.via for r in requests} == {mode}
 
     # Tools as the core defines them.
-    assert all(r.tools == [s.to_openai() for s in manager.tool_schemas()] for r in requests)
+    assert all(r.tools == [s.to_openai() for s in memory.session.tool_schemas()] for r in requests)
     # Frozen snapshot on every request of the session.
     assert len({r.system_text for r in requests}) == 1
     assert memory.session.system_prompt_block() in requests[0].system_text

@@ -236,3 +236,31 @@ def test_missing_home_names_the_hermes_folder_found(tmp_path: Path, monkeypatch:
     with pytest.raises(ConfigError) as caught:
         find_home()
     assert "Hermes keeps" not in str(caught.value)  # ~/.hermes does not exist here
+
+
+def test_opening_a_read_only_home_for_writing_in_python_says_where_and_what_to_do(
+    readonly: tuple[Path, list[str]],
+) -> None:
+    """Issue 35 item 5: ``MemoryManager(home)`` on a home this user cannot write raised a raw
+    ``sqlite3.OperationalError``; it raises ``ReadOnlyError`` naming the path and both ways out."""
+    home, prefix = readonly
+    before = tree(home)
+    code = (
+        "import sys\n"
+        "from ironmem import MemoryManager\n"
+        "from ironmem.core.errors import ReadOnlyError\n"
+        "try:\n"
+        "    MemoryManager(home=sys.argv[1])\n"
+        "except ReadOnlyError as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(3)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRONMEM_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([*prefix, sys.executable, "-c", code, str(home)], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=180, check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    message = proc.stdout
+    assert str(home) in message and "read_only=True" in message and "writable" in message
+    assert "sqlite3" not in proc.stderr
+    assert tree(home) == before

@@ -450,3 +450,39 @@ def test_a_name_in_every_turn_weighs_nothing_and_ties_nothing(index: SearchIndex
         index.add_turn("s3", f"Nadia: random chat number {i}", "Maren: haha yes", user_id=None)
     hits = index.search("Who is Maren's manager now?", kinds=("turn",), limit=3)
     assert [h.turn_id for h in hits[:2]] == [1, 2]
+
+
+_CHATTER = ["Can you help me write an email to my landlord about the broken heater?",
+            "Work was exhausting today, three meetings back to back.",
+            "What's a quick dinner I can make with rice, eggs and spinach?",
+            "I watched a documentary about deep sea creatures, fascinating stuff.",
+            "Any tips for sleeping better? I keep waking up at 4am.",
+            "Remind me how to convert Celsius to Fahrenheit?",
+            "I'm thinking about repainting the living room, maybe a warm grey.",
+            "My phone screen cracked, I might need a new one.",
+            "Traffic was awful, took me an hour to get home.",
+            "My sister lives in Denver now."]
+
+
+@pytest.mark.skipif(bool(embeddings_missing("e5")), reason=embeddings_missing("e5") or "e5 available")
+def test_a_question_about_the_present_prefers_the_later_turn_that_updates_a_fact(tmp_path: Path) -> None:
+    """Issue 37: "which phone do I use NOW?" finds the later turn that changed the fact (it shares no word with
+    the question), which the same question without "now" does not find."""
+    with MemoryManager(home=tmp_path, embeddings="e5") as manager:
+        session = manager.start_session("a")
+        ts = 1_700_000_000.0
+        session.sync_turn("I'm still using an iPhone as my phone.", "If it works, it works.", ts=ts)
+        for i in range(40):
+            ts += 3600
+            session.sync_turn(_CHATTER[i % len(_CHATTER)], "I see.", ts=ts)
+            if i == 25:
+                session.sync_turn("Switched to a Fairphone last week, the battery is way better.", "Nice upgrade.",
+                                  ts=ts + 1)
+        assert manager.builtin.index.vectors.wait_idle(300)
+
+        def top5(question: str) -> list[str]:
+            return [h.text for h in manager.builtin.index.search(question, kinds=("turn",), limit=5)]
+
+        assert any("Fairphone" in t for t in top5("Which phone do I use now?"))
+        assert not any("Fairphone" in t for t in top5("Which phone do I use?"))
+        assert any("iPhone" in t for t in top5("Which phone do I use now?"))  # the earlier fact is still there

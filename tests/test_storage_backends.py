@@ -94,9 +94,11 @@ def test_limit_is_enforced_and_nothing_is_written(make_manager: Callable[..., Me
     assert s.manager.builtin.state("memory").entries == ("a" * 40,)
 
 
-def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., MemoryManager]) -> None:
-    """8 threads race to add 10-char entries into a 100-char file: exactly as many land as fit."""
-    manager = make_manager(memory_char_limit=100)
+@pytest.mark.parametrize("overflow", ["refuse", "archive"])
+def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., MemoryManager], overflow: str) -> None:
+    """30 threads race to add 9-char entries into a 100-char file. ``refuse``: exactly as many land as fit.
+    ``archive``: every write lands, the file holds as many as fit, the rest are in the archive, none lost."""
+    manager = make_manager(memory_char_limit=100, overflow=overflow)
     results: list[bool] = []
     lock = threading.Lock()
 
@@ -113,8 +115,12 @@ def test_limit_holds_under_concurrent_writers(make_manager: Callable[..., Memory
         t.join()
     entries = manager.builtin.state("memory").entries
     # 9 entries of 9 chars + 8 separators of 3 chars = 105 > 100; 8 entries = 93.
-    assert len(entries) == 8 == sum(results)
-    assert manager.builtin.state("memory").chars <= 100
+    if overflow == "refuse":
+        assert len(entries) == 8 == sum(results)
+        return
+    assert len(entries) == 8 and sum(results) == 30
+    archived = [r.text for r in manager.builtin.archive_state("memory").archived_now(entries)]
+    assert sorted(archived + list(entries)) == [f"entry-{i:03d}" for i in range(30)]
 
 
 def test_frozen_snapshot_and_live_delta(make_manager: Callable[..., MemoryManager]) -> None:
@@ -432,3 +438,169 @@ def test_file_storage_uses_the_providers_scope_layout_and_keeps_hand_edits(home:
     finally:
         storage.close()
         provider.shutdown()
+
+
+# -- privacy between users (issue 35 item 1) ---------------------------------------------------------
+def _texts(session: object, query: str) -> list[str]:
+    found = call(session, "session_search", query=query)
+    assert found["success"], found
+    return [str(hit["text"]) for hit in found["results"]]  # type: ignore[union-attr, index]
+
+
+def test_session_search_never_returns_another_users_turns_or_entries(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager()
+    ada = manager.start_session("ada-1", user_id="ada", memory_per_user=True)
+    assert call(ada, "memory", action="add", target="memory", content="zanzibar rollout is blocked on QA")["success"]
+    assert call(ada, "memory", action="add", target="user", content="Ada's zanzibar badge number is 4471")["success"]
+    ada.sync_turn("what is the zanzibar status?", "zanzibar waits for QA sign-off")
+    bob = manager.start_session("bob-1", user_id="bob", memory_per_user=True)
+    assert _texts(bob, "zanzibar") == []
+    assert "zanzibar" not in bob.system_prompt_block()
+    later = manager.start_session("ada-2", user_id="ada", memory_per_user=True)
+    assert len(_texts(later, "zanzibar")) == 3  # the owner finds all three
+    # With notes shared on purpose, the shared note reaches Bob, Ada's profile and turns still do not.
+    shared = manager.start_session("ada-3", user_id="ada", memory_per_user=False)
+    assert call(shared, "memory", action="add", target="memory", content="zanzibar ships from the eu region")["success"]
+    bob_shared = manager.start_session("bob-2", user_id="bob", memory_per_user=False)
+    assert _texts(bob_shared, "zanzibar") == ["zanzibar ships from the eu region"]
+
+
+def test_the_memory_tool_says_whether_agent_notes_are_shared(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager()
+
+    def description(**kwargs: object) -> str:
+        session = manager.start_session(**kwargs)  # type: ignore[arg-type]
+        (tool,) = [t for t in session.tool_schemas() if t.name == "memory"]
+        return tool.description
+
+    shared = description(user_id="ada", memory_per_user=False)
+    private = description(user_id="ada", memory_per_user=True)
+    single = description()
+    assert "SHARED" in shared and "every user" in shared
+    assert "private to the current user" in private and "SHARED" not in private
+    assert "SHARED" not in single and "private to the current user" not in single
+
+
+def test_session_search_echoes_a_huge_query_only_in_part(make_manager: Callable[..., MemoryManager]) -> None:
+    session = make_manager().start_session("s1")
+    query = "deploy " * 700_000  # ~5 MB
+    answer = session.handle_tool_call("session_search", {"query": query})
+    assert len(answer) < 2_000
+    assert json.loads(answer)["success"] is True
+
+
+# -- capacity and time (issue 37): archive, merge first, supersession -------------------------------------------
+def _add(session: object, content: str, target: str = "memory") -> dict[str, object]:
+    return call(session, "memory", action="add", target=target, content=content)
+
+
+def test_a_full_file_moves_its_least_recalled_oldest_entry_to_the_archive(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager(memory_char_limit=120)
+    first = manager.start_session("s1")
+    for fact in ("The deploy target is Ubuntu 22.04 on Hetzner", "The staging database is Postgres 15"):
+        assert _add(first, fact)["success"]
+    first.end()
+    second = manager.start_session("s2")
+    # recalled once: it stays, the other (never recalled) moves although it is not older
+    assert [h["text"] for h in call(second, "session_search", query="Hetzner deploy")["results"]][0].startswith("The deploy")  # type: ignore[index]
+    result = _add(second, "CI runs on GitHub Actions with two workers")
+    assert result["success"] is True
+    assert result["archived"] == [{"target": "memory", "entry": "The staging database is Postgres 15"}]
+    assert "archive" in str(result["archive_note"])
+    assert manager.builtin.state("memory").entries == (
+        "The deploy target is Ubuntu 22.04 on Hetzner", "CI runs on GitHub Actions with two workers")
+    (record,) = manager.builtin.archive_state("memory").archived_now()
+    assert record.text == "The staging database is Postgres 15" and record.recalls == 0
+    assert record.since is not None and record.at >= record.since and "full" in str(record.reason)
+    # still found, marked archived, dated; and recalled by prefetch
+    found = call(second, "session_search", query="staging database")["results"]
+    assert found[0]["status"] == "archived" and found[0]["text"] == record.text  # type: ignore[index]
+    assert "date" in found[0] and "archived_on" in found[0]  # type: ignore[operator]
+    third = manager.start_session("s3")
+    assert "Postgres 15" in third.prefetch("which staging database do we use?").fenced()
+    # restored: back in the file, and the file's least recalled entry moves out to make room
+    state = manager.builtin.restore("memory", record.id, session_id="s3")
+    assert record.text in state.entries and len(state.entries) == 2
+    assert record.text not in [r.text for r in manager.builtin.archive_state("memory").archived_now(state.entries)]
+
+
+def test_entries_written_in_this_session_never_move(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100)
+    session = manager.start_session("s1")
+    assert _add(session, "a" * 45)["success"] and _add(session, "b" * 45)["success"]
+    refused = _add(session, "c" * 45)
+    assert refused["success"] is False and "written in this session" in str(refused["error"])
+    assert "current_entries" in refused
+    later = manager.start_session("s2")
+    moved = _add(later, "c" * 45)
+    assert moved["success"] is True and moved["archived"] == [{"target": "memory", "entry": "a" * 45}]
+
+
+def test_overflow_refuse_keeps_hermes_behaviour(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100, overflow="refuse")
+    manager.start_session("s1").handle_tool_call("memory", {"action": "add", "target": "memory", "content": "a" * 60})
+    result = _add(manager.start_session("s2"), "b" * 60)
+    assert result["success"] is False and "current_entries" in result and "retry" in str(result["error"])
+    assert manager.builtin.archive_state("memory").archived_now() == []
+    with pytest.raises(ValueError, match="overflow must be"):
+        make_manager(overflow="drop")
+
+
+def test_a_near_duplicate_add_updates_the_entry_it_duplicates(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager()
+    session = manager.start_session("s1")
+    assert _add(session, "User prefers dark mode", "user")["success"]
+    merged = _add(session, "User prefers dark mode in every editor", "user")
+    assert merged["merged"] == [{"target": "user", "entry": "User prefers dark mode",
+                                 "now": "User prefers dark mode in every editor"}]
+    assert manager.builtin.state("user", session.scopes["user"]).entries == ("User prefers dark mode in every editor",)
+    covered = _add(session, "user prefers DARK mode!", "user")  # says less than the entry: nothing changes
+    assert covered["merged"][0]["now"].startswith("unchanged")  # type: ignore[index]
+    # different facts that share most words are not merged
+    assert _add(session, "server A runs nginx")["success"] and _add(session, "server B runs nginx")["success"]
+    assert len(manager.builtin.state("memory").entries) == 2
+    (version,) = manager.builtin.archive_state("user", session.scopes["user"]).superseded_now()
+    assert version.how == "merge" and version.by == "User prefers dark mode in every editor"
+
+
+def test_a_replace_keeps_the_old_fact_as_a_dated_superseded_version(
+    make_manager: Callable[..., MemoryManager],
+) -> None:
+    manager = make_manager()
+    session = manager.start_session("s1")
+    assert _add(session, "Ada lives in Lisbon", "user")["success"]
+    replaced = call(session, "memory", action="replace", target="user", old_text="Lisbon", content="Ada lives in Porto")
+    assert replaced["replaced_entry"] == "Ada lives in Lisbon" and replaced["kept_as_superseded"] is True
+    now = call(session, "session_search", query="where does Ada live now")["results"]
+    assert [h["text"] for h in now if h["kind"] == "user"] == ["Ada lives in Porto"]  # type: ignore[index, union-attr]
+    before = call(session, "session_search", query="where did Ada live before")["results"]
+    old = [h for h in before if h.get("status") == "superseded"]  # type: ignore[union-attr]
+    assert [h["text"] for h in old] == ["Ada lives in Lisbon"]
+    assert {"valid_from", "valid_until", "replaced_by"} <= set(old[0])
+    assert "superseded" in manager.start_session("s2").prefetch("where did Ada live before Porto?").fenced()
+
+
+def test_a_soft_warning_comes_before_the_file_is_full(make_manager: Callable[..., MemoryManager]) -> None:
+    manager = make_manager(memory_char_limit=100)
+    session = manager.start_session("s1")
+    assert "warning" not in _add(session, "x" * 50)
+    warned = _add(session, "y" * 35)
+    assert "88% full" in str(warned["warning"]) and "archive" in str(warned["warning"])
+
+
+def test_provenance_rides_along_through_the_archive(make_manager: Callable[..., MemoryManager]) -> None:
+    """The custody layer may attach a provenance dict to a record; it survives every move (both backends)."""
+    from ironmem.core.builtin.archive import Record
+
+    manager = make_manager(memory_char_limit=60)
+    storage = manager.builtin.storage
+    origin = {"origin": "user", "session": "s0"}
+    storage.transact_scoped({"memory": ""}, lambda cur: {"memory": ["x" * 50]},
+                            archive=lambda: {"memory": [Record("written", "x" * 50, 1.0, provenance=origin)]})
+    assert _add(manager.start_session("s1"), "y" * 50)["success"]
+    (moved,) = manager.builtin.archive_state("memory").archived_now()
+    assert moved.text == "x" * 50 and moved.provenance == origin

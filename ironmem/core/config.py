@@ -135,6 +135,10 @@ class MemorySettings(BaseModel):
     storage: str | None = Field(
         None, description="Where entries and turns live: 'files' (default) or a postgresql:// URL"
     )
+    overflow: Literal["archive", "refuse"] = Field(
+        "archive", description="A write that does not fit: 'archive' moves the least recalled, oldest entries to the "
+        "archive beside the file (searchable, restorable); 'refuse' refuses it as Hermes does"
+    )
 
 
 @dataclass
@@ -546,6 +550,7 @@ def manager_from_config(
         embeddings=settings.embeddings,
         storage=settings.storage,
         read_only=read_only,
+        overflow=settings.overflow,
     )
     if provider is not None:
         reason = ""

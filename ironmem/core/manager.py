@@ -56,6 +56,11 @@ class MemoryManager:
     memory when there is none; a database is not migrated). Every write raises
     :class:`~ironmem.core.errors.ReadOnlyError`, and the ``memory`` tool answers with that error.
 
+    ``overflow`` says what a write that does not fit its file's limit does: ``"archive"`` (the default) moves the
+    least recalled, oldest entries to the archive beside the file (still searched and recalled, restorable with
+    ``ironmem archive restore``); ``"refuse"`` refuses the write and asks the model to consolidate, as Hermes
+    does. See :mod:`ironmem.core.builtin.archive`.
+
     Example:
         >>> import tempfile
         >>> manager = MemoryManager(home=tempfile.mkdtemp())
@@ -84,6 +89,7 @@ class MemoryManager:
         embeddings: Any = None,
         storage: str | MemoryStorage | None = None,
         read_only: bool = False,
+        overflow: str = "archive",
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -113,6 +119,7 @@ class MemoryManager:
             user_profile_enabled=user_profile_enabled,
             storage=storage,
             read_only=read_only,
+            overflow=overflow,
         )
         self.builtin.add_write_listener(self._mirror_write)
         if embeddings and read_only:

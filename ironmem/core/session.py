@@ -264,6 +264,9 @@ class Session:
                 log.warning("built-in recall failed: %s", exc)
                 hits = []
             history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
+            # entries that left a full file for the archive are still recalled (issue 37), before the turns
+            archived = manager.builtin.recall_archived(user_message, scopes=self.scopes, limit=budget.items)
+            history = [RecallItem("history", clip(text), date=date) for text, date in archived] + history
         candidates = _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
         with self._lock:
@@ -308,7 +311,9 @@ class Session:
 
     # -- tools ----------------------------------------------------------------------------------
     def tool_schemas(self) -> list[ToolSchema]:
-        return self.manager.tool_schemas()
+        # the built-in memory tool says whether this session's agent notes are shared between users
+        scoped = {s.name: s for s in self.manager.builtin.tool_schemas_for(self.scopes, self.user_id)}
+        return [scoped.get(s.name, s) if s.provider == "builtin" else s for s in self.manager.tool_schemas()]
 
     def handle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
         """Route a tool call to its provider. Always returns JSON text; never raises."""
@@ -332,7 +337,8 @@ class Session:
         if provider is manager.builtin:
             answer: str
             try:
-                answer = manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
+                answer = manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes,
+                                                          session_id=self.id)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
                 answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")

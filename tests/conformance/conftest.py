@@ -11,10 +11,11 @@ import pytest
 from .hermes_driver import HermesStyleDriver
 
 
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[HermesStyleDriver]:
-    """Hermes's fixture: limits 500 (memory) and 300 (user) on an empty folder."""
-    driver = HermesStyleDriver(tmp_path, memory_char_limit=500, user_char_limit=300)
+@pytest.fixture(params=["refuse", "archive"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[HermesStyleDriver]:
+    """Hermes's fixture: limits 500 (memory) and 300 (user) on an empty folder; every test runs with
+    ``overflow="refuse"`` (Hermes's behaviour) and with ironmem's default ``"archive"`` (README: difference 10)."""
+    driver = HermesStyleDriver(tmp_path, memory_char_limit=500, user_char_limit=300, overflow=request.param)
     yield driver
     driver.close()
 

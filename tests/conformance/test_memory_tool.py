@@ -35,6 +35,26 @@ def _passes(store: HermesStyleDriver, content: str) -> None:
 
 
 # =========================================================================
+# Tool schema guidance (Hermes: TestMemorySchema)
+# =========================================================================
+class TestMemorySchema:
+    def test_discourages_diary_style_task_logs(self, store: HermesStyleDriver) -> None:
+        """Hermes asserts the intent, not the phrasing: no task progress or TODO state, past conversations via
+        session_search, no diary, no '>80%' nagging. The newest description also says the batch is atomic,
+        procedures belong in a skill, and entries are declarative facts; the description a session hands the
+        model is checked (the one in ``Session.tool_schemas()``)."""
+        (tool,) = [t for t in store.session.tool_schemas() if t.name == "memory"]
+        description = tool.description.lower()
+        assert "task progress" in description
+        assert "session_search" in description
+        assert "like a diary" not in description
+        assert "todo state" in description
+        assert ">80%" not in description
+        assert "atomic" in description and "operations" in description
+        assert "skill" in description and "declarative" in description
+
+
+# =========================================================================
 # Security scanning (one case per Hermes example)
 # =========================================================================
 class TestScanMemoryContent:
@@ -621,3 +641,29 @@ class TestMemoryStoreCharLimits:
         with MemoryManager(home=tmp_path, memory_char_limit=999, user_char_limit=444) as manager:
             assert manager.builtin.file("memory").limit == 999
             assert manager.builtin.file("user").limit == 444
+
+
+# =========================================================================
+# Background-review delete gate (Hermes #105921): writes staged by origin
+# =========================================================================
+_STAGING = ("staging by origin is ironmem's custody policy (issue 34: core/security/policy.py, core/custody.py): "
+            "a write from a turn that read untrusted input is held pending, never applied, until approved; "
+            "the cases are covered by tests/test_custody*.py (README: deliberate difference 3)")
+
+
+@pytest.mark.skip(reason=_STAGING)
+class TestBackgroundReviewDeleteGate:
+    """Hermes: an unattended background-review fork may append, never delete; its replace/remove (and a batch
+    holding one) are staged as pending proposals, an attended review and a foreground turn are unaffected."""
+
+    def test_remove_staged_not_applied(self) -> None: ...
+
+    def test_replace_staged_in_background_review(self) -> None: ...
+
+    def test_batch_containing_remove_staged_whole_batch(self) -> None: ...
+
+    def test_add_still_allowed_in_background_review(self) -> None: ...
+
+    def test_foreground_remove_unaffected(self) -> None: ...
+
+    def test_attended_review_keeps_full_operation_set(self) -> None: ...

@@ -33,3 +33,12 @@ def test_memory_schema_is_well_formed() -> None:
 def test_memory_schema_is_json_serializable() -> None:
     json.dumps(MEMORY_TOOL.to_openai())
     json.dumps(MEMORY_TOOL.to_anthropic())
+
+
+def test_every_memory_tool_description_fits_llama_index() -> None:
+    """LlamaIndex's FunctionTool refuses a description over 1,024 characters; the variant that says whether the
+    agent's notes are shared (the longest) must fit, with Hermes's guidance in it."""
+    from ironmem.core.builtin.tools import MAX_DESCRIPTION_CHARS, memory_tool_schema
+
+    for notes in (None, "shared", "private"):
+        assert len(memory_tool_schema(notes).description) <= MAX_DESCRIPTION_CHARS

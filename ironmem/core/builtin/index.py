@@ -23,6 +23,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .archive import asks_about_present
+from .private import create_private_file, make_private_dirs, not_writable
 from .ranking import (
     CANDIDATE_CAP,
     PROBE_ROWS,
@@ -190,6 +192,12 @@ def _in_memory() -> sqlite3.Connection:
     return conn
 
 
+def _is_write_refusal(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's ways of saying the database or its folder cannot be written by this process."""
+    text = str(exc).lower()
+    return any(s in text for s in ("readonly", "read-only", "unable to open", "permission", "disk i/o"))
+
+
 def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     """The index's connection. Writable: the file (created with its folder), WAL mode, the schema.
 
@@ -200,12 +208,22 @@ def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     the whole index is in memory (no turns).
     """
     if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(_SCHEMA)
+        try:
+            make_private_dirs(path.parent)
+            create_private_file(path)  # 0600 before SQLite opens it: its -wal and -shm files get the same mode
+            conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA busy_timeout=30000")
+                conn.executescript(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+        except (OSError, sqlite3.OperationalError) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not _is_write_refusal(exc):
+                raise
+            raise not_writable(path, exc) from exc
         return conn
     if not path.is_file():
         return _in_memory()
@@ -256,7 +274,13 @@ class SearchIndex:
         self.vectors_reason = "off (enable with SearchIndex.enable_vectors() / MemoryManager(embeddings=True))"
         self._conn = _connect(self.path, read_only=read_only)
         if not read_only:
-            self._check_consistency()
+            try:
+                self._check_consistency()
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                if not _is_write_refusal(exc):
+                    raise
+                raise not_writable(self.path, exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -520,6 +544,7 @@ class SearchIndex:
             dense_turns, dense_entries, stats = [], [], None
         fused: dict[tuple[str, object], float] = {}
         found: dict[tuple[str, object], SearchHit] = {}
+        relevant: set[tuple[str, object]] = set()  # turns the dense model finds relevant beyond chance
 
         def add(ranked: list[SearchHit], weight: float, scale: float) -> None:
             for hit in ranked:
@@ -547,11 +572,35 @@ class SearchIndex:
                 unit = (DENSE_SCALE - DENSE_FLOOR) * chance
                 dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - floor), 6)) for h in dense]
                 add(dense, 1.0 - LEXICAL_WEIGHT, unit)
+                relevant.update(("turn", h.turn_id) for h in dense if h.score > 0)
             elif dense:
                 add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
-        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)[:limit]
+        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)
+        if asks_about_present(query):
+            order = self._prefer_current(order, found, relevant, limit)
         return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,
-                          user_id=found[k].user_id, ts=found[k].ts, turn_id=found[k].turn_id) for k in order]
+                          user_id=found[k].user_id, ts=found[k].ts, turn_id=found[k].turn_id) for k in order[:limit]]
+
+    def _prefer_current(self, order: list[tuple[str, object]], found: dict[tuple[str, object], SearchHit],
+                        relevant: set[tuple[str, object]], limit: int) -> list[tuple[str, object]]:
+        """Recall prefers current facts (issue 37): for a question about the present, a turn among the first
+        ``limit`` yields its place to a LATER turn of the candidates that the dense model also finds relevant to
+        the question (``relevant``: its dense score passes the fusion's own floor, ``DENSE_FLOOR`` times the chance
+        maximum over all N turns; a stricter bar, the chance maximum itself, was tried and recalled no update), the
+        best-ranked such turn. The earlier turn stays, one place down; each turn moves at most once."""
+        out = list(order)
+        moved: set[tuple[str, object]] = set()
+        for key in [k for k in out[:limit] if k[0] == "turn"]:
+            if key in moved or found[key].ts is None:
+                continue
+            position = out.index(key)
+            successor = next((k for k in out[position + 1:] if k[0] == "turn" and k in relevant and k not in moved
+                              and (found[k].ts or 0.0) > (found[key].ts or 0.0)), None)
+            if successor is not None:
+                out.remove(successor)
+                out.insert(out.index(key), successor)
+                moved.update((successor, key))
+        return out
 
     # -- the candidate lists and statistics the shared ranking scores (ranking.TurnSource) ----------------------
     # Callers hold self._lock. FTS5's bm25() is not used: it counts every match of every term to get its IDF

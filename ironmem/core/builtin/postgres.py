@@ -59,6 +59,7 @@ Example (needs a server)::
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import logging
@@ -73,6 +74,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import StorageError
+from .archive import ArchiveState, Record
 from .index import SearchHit, hit_of, merge_hits
 from .ranking import (
     CANDIDATE_CAP,
@@ -87,7 +89,7 @@ from .ranking import (
     rank_turns,
     tokens,
 )
-from .storage import Change, MemoryStorage
+from .storage import ArchiveRecords, Change, MemoryStorage
 from .store import FileState, render_entries
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -168,6 +170,20 @@ MIGRATIONS.append((
     2,
     "turns and entries indexed with ironmem's own tokens (ranking.tokens), no server-side stemming",
     "SELECT 1",  # the data change is done in Python: see PostgresStorage._reindex
+))
+MIGRATIONS.append((
+    3,
+    "the archive log (issue 37): archived, superseded, written, restored and recalled records per (scope, target)",
+    """
+    CREATE TABLE IF NOT EXISTS {s}.archive (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        scope text NOT NULL,
+        target text NOT NULL,
+        record jsonb NOT NULL,
+        at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX IF NOT EXISTS archive_scope_target ON {s}.archive (scope, target, seq);
+    """,
 ))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 #: Migrations after which every indexed text is re-tokenized (the tokens changed).
@@ -279,6 +295,11 @@ class PostgresStorage(MemoryStorage):
         self._pool_size = max(1, int(pool_size))
         self._lock = threading.Lock()
         self._closed = False
+        #: (scope, target) -> (folded archive log, the last ``seq`` folded in)
+        self._archive_cache: dict[tuple[str, str], tuple[ArchiveState, int]] = {}
+        #: The connection of the write transaction this thread is in (``change`` reads the archive through it, so a
+        #: write never needs a second pooled connection).
+        self._tx = threading.local()
         self._pool: ConnectionPool = self._new_pool()
         self._index = PostgresIndex(self)
         if not migrate:
@@ -499,11 +520,46 @@ class PostgresStorage(MemoryStorage):
     def transact(self, scope: str, targets: Sequence[str], change: Change, *, record: Any = None) -> dict[str, FileState]:
         return self.transact_scoped({t: scope for t in targets}, change, record=record)
 
+    def archive_state(self, scope: str, target: str) -> ArchiveState:
+        """The folded archive log of (scope, target), brought up to date by reading only the newer rows (the log
+        is append-only; rows are written under the (scope, target) row lock, in ``seq`` order of commit for one
+        pair)."""
+        key = (scope, target)
+        with self._lock:
+            cached = self._archive_cache.get(key)
+        state, last = cached if cached is not None else (ArchiveState(), 0)
+
+        def query(conn: psycopg.Connection[Any]) -> list[tuple[int, Any]]:
+            return conn.execute(
+                f"SELECT seq, record FROM {self.schema}.archive WHERE scope = %s AND target = %s AND seq > %s "
+                "ORDER BY seq", (scope, target, last)).fetchall()
+
+        conn = getattr(self._tx, "conn", None)
+        rows = query(conn) if conn is not None else self.run("reading the archive", query, written="")
+        if rows:
+            fresh = ArchiveState()
+            fresh.info = {k: dataclasses.replace(v) for k, v in state.info.items()}
+            fresh.archived = dict(state.archived)
+            fresh.superseded = list(state.superseded)
+            fresh.records = state.records
+            fresh.apply(r for _, data in rows if (r := Record.from_json(data)) is not None)
+            state, last = fresh, int(rows[-1][0])
+            with self._lock:
+                self._archive_cache[key] = (state, last)
+        return state
+
+    def archive_records(self, scope: str, target: str) -> list[Record]:
+        rows = self.run("reading the archive", lambda conn: conn.execute(
+            f"SELECT record FROM {self.schema}.archive WHERE scope = %s AND target = %s ORDER BY seq",
+            (scope, target)).fetchall(), written="")
+        return [r for (data,) in rows if (r := Record.from_json(data)) is not None]
+
     def transact_scoped(
-        self, scopes: Mapping[str, str], change: Change, *, record: Any = None
+        self, scopes: Mapping[str, str], change: Change, *, record: Any = None, archive: ArchiveRecords | None = None
     ) -> dict[str, FileState]:
         """One transaction over ``{target: scope}``: row locks on every (scope, target) in a fixed order, the
-        current entries read under them, ``change`` applied, the result stored (or nothing when it raises)."""
+        current entries read under them, ``change`` applied, the archive records of ``archive`` appended, the
+        result stored (or nothing when it raises)."""
         ordered = sorted(set(scopes))
         for target in ordered:
             if target not in ("memory", "user"):
@@ -538,7 +594,18 @@ class PostgresStorage(MemoryStorage):
                 if conn.execute(f"SELECT 1 FROM {s}.writes WHERE write_id = %s", (write_id,)).fetchone():
                     return read_all(conn)
                 current = read_all(conn)
-                wanted = change(dict(current))
+                self._tx.conn = conn
+                try:
+                    wanted = change(dict(current))
+                finally:
+                    self._tx.conn = None
+                for target, records in (archive() if archive is not None else {}).items():
+                    if records:
+                        conn.execute(
+                            f"INSERT INTO {s}.archive(scope, target, record) "
+                            "SELECT %s, %s, r::jsonb FROM unnest(%s::text[]) AS r",
+                            (scopes[target], target, [json.dumps(r.to_json(), ensure_ascii=False) for r in records]),
+                        )
                 out: dict[str, FileState] = {}
                 changed: dict[str, list[str]] = {}
                 for target in ordered:

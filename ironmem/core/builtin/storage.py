@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import MemoryFileError, StorageError
+from .archive import ArchiveFile, ArchiveState, Record
 from .index import SearchHit, SearchIndex
+from .private import prepare_home
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
 from .store import FileState, MemoryFile
 from .tools import Operation, apply_operation, check_limit
@@ -61,6 +63,9 @@ FILE_NAMES = {"memory": "MEMORY.md", "user": "USER.md"}
 
 #: ``change`` of :meth:`MemoryStorage.transact`: current states (read under the lock) -> new entry lists.
 Change = Callable[[dict[str, FileState]], dict[str, list[str]]]
+#: ``archive`` of :meth:`MemoryStorage.transact_scoped`: called after ``change``, the archive records to store in the
+#: same write (``{target: records}``; see :mod:`ironmem.core.builtin.archive`).
+ArchiveRecords = Callable[[], Mapping[str, Sequence[Record]]]
 
 
 @runtime_checkable
@@ -130,18 +135,29 @@ class MemoryStorage(ABC):
         """
 
     def transact_scoped(
-        self, scopes: Mapping[str, str], change: Change, *, record: Any = None
+        self, scopes: Mapping[str, str], change: Change, *, record: Any = None, archive: ArchiveRecords | None = None
     ) -> dict[str, FileState]:
         """:meth:`transact` over targets that may sit in different scopes (``{target: scope}``), as one
-        all-or-nothing write: a batch touching the shared MEMORY.md and a user's own USER.md.
+        all-or-nothing write: a batch touching the shared MEMORY.md and a user's own USER.md. ``archive`` gives
+        the archive records stored with the write (before the entries, under the same locks).
 
-        This default handles one scope; backends override it to lock several.
+        This default handles one scope without archive records; backends override it.
         """
         distinct = set(scopes.values())
         if len(distinct) > 1:
             raise StorageError(f"{type(self).__name__} cannot write several scopes in one transaction")
+        if archive is not None:
+            raise StorageError(f"{type(self).__name__} keeps no archive")
         scope = distinct.pop() if distinct else ""
         return self.transact(scope, list(scopes), change, record=record)
+
+    def archive_state(self, scope: str, target: str) -> ArchiveState:
+        """The folded archive log of (scope, target) (:class:`~ironmem.core.builtin.archive.ArchiveState`)."""
+        return ArchiveState()
+
+    def archive_records(self, scope: str, target: str) -> list[Record]:
+        """Every archive record of (scope, target), oldest first."""
+        return []
 
     def migrate(self) -> None:
         """Create or upgrade the storage's schema (idempotent; safe from many processes at once)."""
@@ -203,9 +219,9 @@ class FileStorage(MemoryStorage):
         #: Opened for inspection: nothing under ``home`` is created or changed (see :class:`SearchIndex`).
         self.read_only = read_only
         if not read_only:
-            self.home.mkdir(parents=True, exist_ok=True)
-            self.state_dir.mkdir(exist_ok=True)
+            prepare_home(self.home, self.state_dir)
         self._files: dict[tuple[str, str], MemoryFile] = {}
+        self._archives: dict[tuple[str, str], ArchiveFile] = {}
         self._index = SearchIndex(self.state_dir / "search.db", read_only=read_only)
 
     @property
@@ -242,8 +258,21 @@ class FileStorage(MemoryStorage):
     def transact(self, scope: str, targets: Sequence[str], change: Change, *, record: Any = None) -> dict[str, FileState]:
         return self.transact_scoped({t: scope for t in targets}, change, record=record)
 
+    def _archive(self, scope: str, target: str) -> ArchiveFile:
+        key = (normalize_scope(scope), target)
+        found = self._archives.get(key)
+        if found is None:
+            found = self._archives[key] = ArchiveFile(self._file(scope, target).path)
+        return found
+
+    def archive_state(self, scope: str, target: str) -> ArchiveState:
+        return self._archive(scope, target).state()
+
+    def archive_records(self, scope: str, target: str) -> list[Record]:
+        return self._archive(scope, target).all_records()
+
     def transact_scoped(
-        self, scopes: Mapping[str, str], change: Change, *, record: Any = None
+        self, scopes: Mapping[str, str], change: Change, *, record: Any = None, archive: ArchiveRecords | None = None
     ) -> dict[str, FileState]:
         ordered = sorted(set(scopes))
         files = {t: self._file(scopes[t], t) for t in ordered}
@@ -257,6 +286,8 @@ class FileStorage(MemoryStorage):
                         "and retry; ironmem will not overwrite a file it cannot parse"
                     )
             new_entries = change(dict(current))
+            for target, records in (archive() if archive is not None else {}).items():
+                self._archive(scopes[target], target).append(list(records))  # before the file (see archive.py)
             out: dict[str, FileState] = {}
             for target in ordered:
                 state = current[target]

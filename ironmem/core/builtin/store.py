@@ -23,9 +23,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import MemoryFileError, ReadOnlyError
-from ..fileio import write_atomic
+from ..fileio import TMP_PREFIX
+from .private import make_private_dirs, write_private
 
 __all__ = [
     "ENTRY_DELIMITER",
@@ -50,7 +49,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENTRY_DELIMITER = "\n§\n"
-_TMP_PREFIX = ".ironmem-tmp-"
+_TMP_PREFIX = TMP_PREFIX
 _BOM = "\ufeff"
 LOCK_TIMEOUT_S = 30.0
 #: How often a waiting writer retries the lock.
@@ -203,7 +202,7 @@ class HermesLock:
         if not self._thread_lock.acquire(timeout=max(0.0, timeout)):
             raise TimeoutError(str(self.path))
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
             fd = self._open()
             try:
                 _acquire(fd, deadline)
@@ -346,9 +345,8 @@ class MemoryFile:
         backup_dir = self.state_dir / "backups"
         target = backup_dir / f"{self.path.name}.{digest}.corrupt"
         try:
-            backup_dir.mkdir(parents=True, exist_ok=True)
             if not target.exists():
-                write_atomic(target, raw)  # owner-only, and no temp file left when interrupted
+                write_private(target, raw)
         except OSError as exc:
             log.error("could not back up %s to %s: %s", self.path, target, exc)
         self._backed_up[digest] = target
@@ -405,9 +403,7 @@ class MemoryFile:
         if self.read_only or self.known_entries() == tuple(entries):
             return
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.known_path, json.dumps({"entries": list(entries)}, ensure_ascii=False).encode("utf-8"),
-                         fsync=False)
+            write_private(self.known_path, json.dumps({"entries": list(entries)}, ensure_ascii=False).encode("utf-8"))
         except OSError as exc:
             log.warning("could not record the entries written to %s (%s)", self.path, exc)
 
@@ -517,30 +513,13 @@ class MemoryFile:
         the next open or write). Any OS error (disk full, read-only file system, quota, I/O error) becomes a
         :class:`MemoryFileError` naming the file and the cause; the old file is untouched and no temp file stays.
         """
-        tmp_name: str | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{self.path.name}.", dir=self.path.parent)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            with contextlib.suppress(OSError):
-                if self.path.exists():
-                    shutil.copymode(self.path, tmp_name)  # keep the user's permissions
-                else:
-                    os.chmod(tmp_name, 0o666 & ~_UMASK)  # a new file gets the usual mode, not mkstemp's 0600
-            os.replace(tmp_name, self.path)
-        except BaseException as exc:
-            if tmp_name is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp_name)
-            if isinstance(exc, OSError):
-                raise MemoryFileError(
-                    f"could not write {self.path}: {exc.strerror or exc}. The previous file is intact; "
-                    "free disk space or make the folder writable, then retry."
-                ) from exc
-            raise
+            write_private(self.path, text.encode("utf-8"))
+        except OSError as exc:
+            raise MemoryFileError(
+                f"could not write {self.path}: {exc.strerror or exc}. The previous file is intact; "
+                "free disk space or make the folder writable, then retry."
+            ) from exc
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
@@ -581,12 +560,3 @@ def _split_known(entry: str, known_by_length: list[str]) -> tuple[str, str, str]
             return entry[: -len(known)].strip(), known, ""
     return None
 
-
-def _read_umask() -> int:
-    """The process umask. Reading it means setting it, so it is read once, at import, not while threads write."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()

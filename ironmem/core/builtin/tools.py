@@ -23,6 +23,7 @@ __all__ = [
     "apply_operation",
     "check_limit",
     "find_entry",
+    "memory_tool_schema",
     "parse_operations",
     "preview",
 ]
@@ -43,38 +44,71 @@ _OLD_TEXT = {
     "description": "REQUIRED for replace and remove: a short substring that identifies exactly one existing entry.",
 }
 
-MEMORY_TOOL = ToolSchema(
-    name="memory",
-    description=(
-        "Save durable facts to persistent memory, shown at the start of future sessions. "
-        "Use target=user for who the user is and their preferences, target=memory for your own notes. "
-        "Keep entries short; replace or remove stale ones. Use `operations` to apply several changes at once "
-        "(all or nothing)."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "action": _ACTION,
-            "target": _TARGET,
-            "content": _CONTENT,
-            "old_text": _OLD_TEXT,
-            "operations": {
-                "type": "array",
-                "description": (
-                    "Several changes applied together; if one fails, none is applied. An item without a target "
-                    "uses the top-level target."
-                ),
-                "items": {
-                    "type": "object",
-                    "properties": {"action": _ACTION, "target": _TARGET, "content": _CONTENT, "old_text": _OLD_TEXT},
-                    "required": ["action"],
+#: What the ``memory`` tool tells the model (Hermes's curated-memory guidance, in ironmem's words).
+MEMORY_GUIDANCE = (
+    "Save durable facts to persistent memory, shown at the start of every future session: short, declarative, "
+    "high-signal entries. HOW: put several changes in ONE call with 'operations' ({action, content?, old_text?} "
+    "each): the batch is atomic (all or nothing) and the limit is checked on the final result. replace/remove "
+    "find an entry by a short unique substring (old_text); replace writes the COMPLETE new entry. WHEN: the user "
+    "states a preference, correction or personal detail, or you learn a stable fact about their environment, "
+    "conventions or workflow. TARGETS: 'user' = who the user is; 'memory' = your notes (environment, conventions, "
+    "tool quirks, lessons). SKIP: trivial or easily re-found facts, raw data, task progress, completed-work logs, "
+    "temporary TODO state (past conversations are searchable with session_search). Reusable procedures belong in "
+    "a skill, not in memory."
+)
+
+_NOTES_SCOPE = {
+    "shared": " Notes (target='memory') are SHARED with every user of this app: nothing about this user there; "
+              "target='user' is private to them.",
+    "private": " Both targets are private to the current user: no other user sees them.",
+}
+
+#: LlamaIndex refuses a tool description over 1,024 characters; the longest variant stays under it.
+MAX_DESCRIPTION_CHARS = 1024
+
+
+def memory_tool_schema(notes: str | None = None) -> ToolSchema:
+    """The ``memory`` tool, its description saying who sees the agent's notes.
+
+    ``notes``: ``"shared"`` (a user session whose MEMORY.md is shared between users), ``"private"`` (a user
+    session whose MEMORY.md is the user's own) or None (no user ids: one person's memory, nothing to say).
+
+    Example:
+        >>> "SHARED" in memory_tool_schema("shared").description
+        True
+    """
+    extra = _NOTES_SCOPE.get(notes or "", "")
+    return ToolSchema(
+        name="memory",
+        description=MEMORY_GUIDANCE + extra,
+        parameters={
+            "type": "object",
+            "properties": {
+                "action": _ACTION,
+                "target": _TARGET,
+                "content": _CONTENT,
+                "old_text": _OLD_TEXT,
+                "operations": {
+                    "type": "array",
+                    "description": (
+                        "Several changes applied together, atomically, against the final size limit; if one "
+                        "fails, none is applied. An item without a target uses the top-level target."
+                    ),
+                    "items": {
+                        "type": "object",
+                        "properties": {"action": _ACTION, "target": _TARGET, "content": _CONTENT,
+                                       "old_text": _OLD_TEXT},
+                        "required": ["action"],
+                    },
                 },
             },
+            "required": ["target"],
         },
-        "required": ["target"],
-    },
-    provider="builtin",
-)
+        provider="builtin",
+    )
+
+
+MEMORY_TOOL = memory_tool_schema()
 
 SEARCH_TOOL = ToolSchema(
     name="session_search",

@@ -519,6 +519,9 @@ class VectorIndex:
         self._stop = False
         self.error: str = ""
         driver = _driver()
+        from .private import create_private_file
+
+        create_private_file(self.path)  # 0600 before SQLite opens it (its -wal/-shm files get the same mode)
         self._conn = driver.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
         self._conn.enable_load_extension(True)
         sqlite_vec.load(self._conn)
