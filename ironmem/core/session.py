@@ -298,11 +298,15 @@ class Session:
             for entry in state.entries:
                 if entry not in self._surfaced[target]:
                     self._surfaced[target].add(entry)
+                    self._removed_shown[target].discard(entry)
                     # never more of one entry than its file's limit (a hand-pasted megabyte stays on disk)
                     out.append(RecallItem("live", f"[{label}] {clip(entry, builtin.limits[target])}"))
-            for entry in sorted(self._snapshot.entries[target]):
-                if entry not in current and entry not in self._removed_shown[target]:
+            # Everything the model was shown (the snapshot, and entries an earlier fence of this session showed,
+            # which a replayed fence keeps showing byte for byte) and that is gone now gets a note that supersedes it.
+            for entry in sorted(self._surfaced[target] - current):
+                if entry not in self._removed_shown[target]:
                     self._removed_shown[target].add(entry)
+                    self._surfaced[target].discard(entry)
                     out.append(RecallItem("live", f"[{label}, removed - no longer true] {clip(entry, 200)}"))
         return out
 
