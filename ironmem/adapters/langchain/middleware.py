@@ -38,17 +38,27 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
+    hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
+from ...core.errors import SessionOwnerError
 from ...core.manager import MemoryManager
 from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence, recall_text
 from ...core.session import Session
-from ._sessions import SessionRegistry, check_owner, thread_id_from_config, user_id_from
+from .._owner import check_owner
+from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool
 
 __all__ = ["IronMemoryMiddleware", "IronMemoryState", "RecallPolicy"]
@@ -72,6 +82,8 @@ class IronMemoryState(AgentState):
     ironmem_turn: NotRequired[Annotated[str, PrivateStateAttr]]
     #: Id of the last user message whose turn was synced.
     ironmem_synced: NotRequired[Annotated[str, PrivateStateAttr]]
+    #: Why this run was refused (another user on this thread); cleared by the thread's next accepted run.
+    ironmem_refused: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
 def _message_key(message: BaseMessage, index: int) -> str:
@@ -274,21 +286,45 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             user_id = owner
         return self._registry.get(thread_id, user_id, snapshot=saved)
 
+    @staticmethod
+    def _refuse(state: IronMemoryState, error: SessionOwnerError) -> dict[str, Any]:
+        """The run of another user on this thread: take its message back out of the thread (LangGraph wrote the
+        input before any middleware ran), skip the model and tools, and raise in ``after_agent``."""
+        updates: dict[str, Any] = {"jump_to": "end", "ironmem_refused": str(error)}
+        found = _last_user_message(state.get("messages", []))
+        if found is not None and found[1].id:
+            updates["messages"] = [RemoveMessage(id=found[1].id)]
+        return updates
+
+    @staticmethod
+    def _accepted(state: IronMemoryState, updates: dict[str, Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            updates["ironmem_refused"] = None
+        return updates or None
+
+    @hook_config(can_jump_to=["end"])
     def before_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self._resume(state, runtime)
+        try:
+            session = self._resume(state, runtime)
+        except SessionOwnerError as exc:
+            return self._refuse(state, exc)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = session.prefetch(text)
             updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall_policy))
-        return updates or None
+        return self._accepted(state, updates)
 
+    @hook_config(can_jump_to=["end"])
     async def abefore_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self._resume(state, runtime)
+        try:
+            session = self._resume(state, runtime)
+        except SessionOwnerError as exc:
+            return self._refuse(state, exc)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = await session.aprefetch(text)
             updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall_policy))
-        return updates or None
+        return self._accepted(state, updates)
 
     # -- compaction: messages that left the history since the previous model call -----------------
     def _compacted(self, session: Session, messages: list[AnyMessage]) -> list[dict[str, str]]:
@@ -359,6 +395,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         return turn, messages[start].text, answer
 
     def after_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            raise SessionOwnerError(state["ironmem_refused"])
         finished = self._finished_turn(state)
         if finished is None:
             return None
@@ -367,6 +405,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         return {"ironmem_synced": turn}
 
     async def aafter_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            raise SessionOwnerError(state["ironmem_refused"])
         finished = self._finished_turn(state)
         if finished is None:
             return None
