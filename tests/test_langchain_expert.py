@@ -123,3 +123,30 @@ def test_checkpoint_holds_exactly_the_documented_private_keys(manager: MemoryMan
     assert "Clint" in json.dumps(channels["ironmem_recalls"])
     assert FENCE_OPEN not in json.dumps(channels["ironmem_recalls"])
     assert all(FENCE_OPEN not in m.text for m in channels["messages"])  # messages never hold a fence
+
+
+def test_a_fact_removed_while_the_thread_was_away_is_superseded(home: Path) -> None:
+    """Resumed from its checkpoint by a new manager and middleware (as in a new process): the replayed fence still
+    shows the entry, and the next fence says it was removed meanwhile."""
+    saver = InMemorySaver()
+    with MemoryManager(home) as manager:
+        model = ScriptedChatModel([
+            ScriptedChatModel.tool_call("memory", {"action": "add", "target": "user", "content": "Lives in Lyon"}),
+            "Noted.",
+            "A walk by the Saone?",
+        ])
+        middleware = IronMemoryMiddleware(manager)
+        run(create_agent(model, middleware=[middleware], checkpointer=saver), "away", "I live in Lyon.")
+        run(create_agent(model, middleware=[middleware], checkpointer=saver), "away", "Plan my weekend.")
+        assert "[user profile] Lives in Lyon" in last_human(model.requests[-1])
+        middleware.close()
+    with MemoryManager(home) as manager:
+        manager.start_session("cleanup").handle_tool_call(
+            "memory", {"action": "remove", "target": "user", "old_text": "Lyon"})
+        model = ScriptedChatModel(["You did not say."])
+        middleware = IronMemoryMiddleware(manager)
+        run(create_agent(model, middleware=[middleware], checkpointer=saver), "away", "Where do I live?")
+        humans = [m.text for m in model.requests[0].messages if isinstance(m, HumanMessage)]
+        assert "[user profile] Lives in Lyon" in humans[1]  # turn 2's fence, replayed as it was
+        assert "[user profile, removed - no longer true] Lives in Lyon" in humans[-1]
+        middleware.close()

@@ -227,3 +227,26 @@ def test_system_message_text_blocks_stay_blocks(manager: MemoryManager) -> None:
     assert isinstance(system.blocks[0], TextBlock) and system.blocks[0].text == memory.snapshot
     assert "Static block text." in (system.content or "")
     memory.close()
+
+
+def test_a_fact_removed_while_the_session_was_closed_is_superseded(home: Path, tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    with MemoryManager(home) as manager:
+        memory = IronMemory.from_defaults(manager, session_id="away", history_path=db)
+        memory.put(user("I live in Lyon."))
+        memory.get()
+        memory.session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Lives in Lyon"})
+        memory.put(assistant("Noted."))
+        memory.put(user("Plan my weekend."))
+        assert "[user profile] Lives in Lyon" in (memory.get()[-1].content or "")
+        memory.put(assistant("A walk by the Saone?"))
+        memory.close()
+    with MemoryManager(home) as manager:  # a new manager and session, as in a new process
+        manager.start_session("cleanup").handle_tool_call(
+            "memory", {"action": "remove", "target": "user", "old_text": "Lyon"})
+        memory = IronMemory.from_defaults(manager, session_id="away", history_path=db)
+        memory.put(user("Where do I live?"))
+        users = [m.content or "" for m in memory.get() if m.role.value == "user"]
+        assert "[user profile] Lives in Lyon" in users[1]  # turn 2's fence, replayed as it was
+        assert "[user profile, removed - no longer true] Lives in Lyon" in users[-1]
+        memory.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...core.errors import ArgumentTypeError
@@ -66,9 +66,15 @@ class SessionRegistry:
         self._lock = threading.Lock()
 
     def get(
-        self, thread_id: str | None = None, user_id: str | None = None, *, snapshot: dict[str, Any] | None = None
+        self,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        *,
+        snapshot: dict[str, Any] | None = None,
+        shown: Iterable[str] = (),
     ) -> Session:
-        """The session of ``thread_id`` (started on first use, from a saved ``snapshot`` when resuming).
+        """The session of ``thread_id`` (started on first use, from a saved ``snapshot`` when resuming, with the
+        recall texts its earlier turns were ``shown``).
 
         Raises :class:`~ironmem.core.errors.SessionOwnerError` when the thread was started by another user.
         """
@@ -77,6 +83,8 @@ class SessionRegistry:
             session = self._sessions.get(key)
             if session is None:
                 session = self.manager.start_session(key, user_id=user_id or self.user_id, snapshot=snapshot)
+                if snapshot is not None:
+                    session.restore_shown(shown)
                 self._sessions[key] = session
             else:
                 check_owner(key, session.user_id, user_id)

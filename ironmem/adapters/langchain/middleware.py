@@ -284,7 +284,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             owner = state.get("ironmem_user")
             check_owner(thread_id or self._registry.default_id, owner, user_id)
             user_id = owner
-        return self._registry.get(thread_id, user_id, snapshot=saved)
+        shown = (state.get("ironmem_recalls") or {}).values()
+        return self._registry.get(thread_id, user_id, snapshot=saved, shown=shown)
 
     @staticmethod
     def _refuse(state: IronMemoryState, error: SessionOwnerError) -> dict[str, Any]:

@@ -342,6 +342,8 @@ class IronMemory(BaseMemory):
             else:
                 user_id = _registry.claim(str(manager.home), sid, user_id)
             session = manager.start_session(sid, user_id, snapshot=resumed.snapshot if resumed else None)
+            if resumed is not None:
+                session.restore_shown(resumed.recalls.values())
         state = _State(
             manager, session, history_obj, owns_manager=owns_manager, owns_history=history_obj is not history,
             recall_policy=recall_policy, recalls=resumed.recalls if resumed else None, resume_log=resume_log,
@@ -400,6 +402,8 @@ class IronMemory(BaseMemory):
             _check_owner(sid, resumed.user_id, self.user_id)
         _registry.claim(str(manager.home), sid, self.user_id)
         session = manager.start_session(sid, self.user_id, snapshot=resumed.snapshot if resumed else None)
+        if resumed is not None:
+            session.restore_shown(resumed.recalls.values())
         state = _State(manager, session, history, owns_manager=True, recall_policy=self.recall_policy,
                        recalls=resumed.recalls if resumed else None, resume_log=resume_log)
         if resumed is not None:
