@@ -250,3 +250,17 @@ def test_a_fact_removed_while_the_session_was_closed_is_superseded(home: Path, t
         assert "[user profile] Lives in Lyon" in users[1]  # turn 2's fence, replayed as it was
         assert "[user profile, removed - no longer true] Lives in Lyon" in users[-1]
         memory.close()
+
+
+def test_tools_are_typed_precisely(manager: MemoryManager) -> None:
+    import typing
+
+    from llama_index.core.tools import FunctionTool
+
+    from ironmem.adapters.llama_index import memory as memory_module
+
+    hints = typing.get_type_hints(IronMemory.tools, vars(memory_module))
+    assert hints["return"] == list[FunctionTool]
+    memory = IronMemory.from_defaults(manager=manager)
+    assert all(isinstance(tool, FunctionTool) for tool in memory.tools())
+    memory.close()
