@@ -2,12 +2,16 @@
 
 What the model sees from ``get()``/``aget()``:
 
-1. the session's frozen snapshot as a system message, byte-identical on every call of the session (rule 3);
+1. ONE system message: the session's frozen snapshot, byte-identical on every call of the session (rule 3),
+   then whatever system content the history memory adds (a stock ``Memory``'s memory blocks);
 2. the chat history, kept by a stock ``llama_index.core.memory.Memory`` (its SQL store can live in a file);
 3. the fenced recall (rule 2) placed before a COPY of the user message it was computed for. The copy is
    never stored. With the default ``recall_policy="replay"`` every earlier user message gets back the exact
    fence it had in its own turn, so each request extends the previous one and the provider's prefix cache
    keeps hitting; ``"ephemeral"`` shows only the current turn's fence.
+
+All of it within ``token_limit`` (the oldest whole turns are left out first; the snapshot and the current turn
+never are).
 
 Recall is computed once per user message, however often the agent calls ``get`` (``FunctionAgent`` calls it
 after every tool round): it is keyed by the message's position in the full history and a hash of its text.
@@ -16,7 +20,9 @@ A turn is synced to the providers when an assistant message without tool calls a
 
 Workflows copy and serialize ``memory``: deep copies share this memory, ``to_dict()``/``from_dict()`` in the
 same process reattach to it, and in a new process the memory is rebuilt from its home folder, session id and
-history store, and the session keeps its frozen snapshot bytes (see :mod:`._registry`).
+history store, and the session keeps its frozen snapshot bytes (see :mod:`._registry`). ``from_defaults`` on
+a session id whose history is in a SQL database resumes it the same way, from the log kept beside the history
+(see :mod:`._resume`); a history with messages but no log starts a new snapshot and warns.
 """
 
 from __future__ import annotations
