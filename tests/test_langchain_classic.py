@@ -91,17 +91,19 @@ async def test_agent_executor_with_classic_memory(manager: MemoryManager, mode: 
 
 
 def test_memory_variables_and_keys(manager: MemoryManager) -> None:
-    memory = IronClassicMemory(manager, memory_key="recall", snapshot_key="snap", input_key="question",
-                               output_key="answer")
-    assert memory.memory_variables == ["recall", "snap"]
+    memory = IronClassicMemory(manager, memory_key="recall", snapshot_key="snap", history_key="past",
+                               input_key="question", output_key="answer")
+    assert memory.memory_variables == ["recall", "snap", "past"]
     values = memory.load_memory_variables({"question": "anything?", "other": 1})
-    assert values == {"recall": "", "snap": memory.session.system_prompt_block()}
+    assert values == {"recall": "", "snap": memory.session.system_prompt_block(), "past": ""}
     memory.save_context({"question": "I moved to Oslo."}, {"answer": "Welcome to Oslo!", "extra": 1})
     assert manager.builtin.index.turn_count(memory.session.id) == 1
     with pytest.raises(ValueError, match="input_key"):
         IronClassicMemory(manager).load_memory_variables({"a": "1", "b": "2"})
     with pytest.raises(ValueError, match="must differ"):
         IronClassicMemory(manager, memory_key="x", snapshot_key="x")
+    with pytest.raises(ValueError, match="must differ"):
+        IronClassicMemory(manager, history_key="memory_context")
     with pytest.raises(TypeError, match="Session or MemoryManager"):
         IronClassicMemory(object())  # type: ignore[arg-type]
 
@@ -118,3 +120,78 @@ def test_missing_extra_says_what_to_install() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert 'pip install "ironmem[langchain-classic]"' in out.stdout
+
+
+# -- the conversation so far, as a ConversationBufferMemory gives it ------------------------------------------
+def sent_text(request: Any) -> str:
+    return "\n".join(m.text for m in request.messages)
+
+
+def test_conversation_chain_gets_the_current_conversation(manager: MemoryManager) -> None:
+    from langchain_classic.chains import ConversationChain
+    from langchain_core.prompts import MessagesPlaceholder
+
+    manager.start_session("past").sync_turn("My glider is an ASK 21.", "A fine two-seater.")
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Be brief.\n\n{memory_snapshot}"),
+        MessagesPlaceholder("history"),
+        ("human", "{memory_context}{input}"),
+    ])
+    model = ScriptedChatModel(["Hello Ada.", "You fly an ASK 21.", "Your name is Ada."])
+    memory = IronClassicMemory(manager, return_messages=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConversationChain itself is deprecated upstream
+        chain = ConversationChain(llm=model, prompt=prompt, memory=memory)
+    chain.invoke({"input": "Hi, I am Ada."})
+    chain.invoke({"input": "Which glider do I fly?"})
+    chain.invoke({"input": "And what is my name?"})
+    third = model.requests[2]
+    # The whole conversation so far, in order, as a stock ConversationBufferMemory would give it.
+    assert [m.type for m in third.messages] == ["system", "human", "ai", "human", "ai", "human"]
+    assert third.messages[1].text == "Hi, I am Ada." and third.messages[2].text == "Hello Ada."
+    assert third.messages[4].text == "You fly an ASK 21."
+    # Turn 2's fence is replayed byte for byte in its own message: each request extends the previous one.
+    second = model.requests[1]
+    assert second.messages[-1].text.startswith(FENCE_OPEN) and "ASK 21" in second.messages[-1].text
+    shape = [(m.type, m.text) for m in third.messages]
+    assert shape[: len(second.messages)] == [(m.type, m.text) for m in second.messages]
+    # Nothing but the user's words and the answers is stored.
+    assert [m.text for m in memory.chat_memory.messages] == [
+        "Hi, I am Ada.", "Hello Ada.", "Which glider do I fly?", "You fly an ASK 21.", "And what is my name?",
+        "Your name is Ada."]
+    memory.clear()  # a new conversation
+    assert memory.chat_memory.messages == []
+
+
+def test_llm_chain_with_a_string_history(manager: MemoryManager) -> None:
+    from langchain_classic.chains import LLMChain
+    from langchain_core.prompts import PromptTemplate
+
+    prompt = PromptTemplate.from_template(
+        "{memory_snapshot}\n\n{history}\nHuman: {memory_context}{input}\nAI:")
+    model = ScriptedChatModel(["Noted, Lyon.", "You live in Lyon."])
+    memory = IronClassicMemory(manager, recall_policy="ephemeral")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chain = LLMChain(llm=model, prompt=prompt, memory=memory)
+    chain.invoke({"input": "I live in Lyon."})
+    chain.invoke({"input": "Where do I live?"})
+    assert "Human: I live in Lyon.\nAI: Noted, Lyon." in sent_text(model.requests[1])
+
+
+async def test_agent_executor_gets_chat_history(manager: MemoryManager) -> None:
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Be brief.\n\n{memory_snapshot}"),
+        ("placeholder", "{chat_history}"),
+        ("human", "{memory_context}{input}"),
+        ("placeholder", "{agent_scratchpad}"),
+    ])
+    model = ScriptedChatModel(["Nice to meet you, Ada.", "Your name is Ada."])
+    memory = IronClassicMemory(manager, history_key="chat_history", return_messages=True)
+    tools = memory.get_tools()
+    agent = AgentExecutor(agent=create_tool_calling_agent(model, tools, prompt), tools=tools, memory=memory)
+    await agent.ainvoke({"input": "I am Ada."})
+    await agent.ainvoke({"input": "What is my name?"})
+    humans = [m.text for m in model.requests[1].messages if m.type == "human"]
+    assert humans[0] == "I am Ada." and humans[-1].endswith("What is my name?")
+    assert [m.text for m in model.requests[1].messages if m.type == "ai"] == ["Nice to meet you, Ada."]

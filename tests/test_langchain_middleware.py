@@ -191,7 +191,7 @@ def test_ephemeral_sends_only_the_current_turns_recall(manager: MemoryManager) -
         "No peanuts then.",
         "Bye.",
     ])
-    agent = create_agent(model, middleware=[IronMemoryMiddleware(manager, recall="ephemeral")],
+    agent = create_agent(model, middleware=[IronMemoryMiddleware(manager, recall_policy="ephemeral")],
                          checkpointer=InMemorySaver())
     run = make_runner(agent, "sync")
     for text in ("Remember my peanut allergy.", "Suggest a snack.", "Goodbye."):
@@ -208,8 +208,24 @@ def test_ephemeral_sends_only_the_current_turns_recall(manager: MemoryManager) -
     assert requests[3].serialized()[: len(prev)] != prev
     # The system prompt still never changed.
     assert len({json.dumps(r.serialized()[0]) for r in requests}) == 1
-    with pytest.raises(ValueError, match="replay"):
-        IronMemoryMiddleware(manager, recall="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="recall_policy must be 'replay' or 'ephemeral'"):
+        IronMemoryMiddleware(manager, recall_policy="sometimes")  # type: ignore[arg-type]
+
+
+def test_recall_policy_has_one_name_in_both_adapters(manager: MemoryManager) -> None:
+    """``recall_policy=`` in LangChain as in LlamaIndex; the old LangChain name still works, with a warning."""
+    llama_index = pytest.importorskip("ironmem.adapters.llama_index")
+    assert IronMemoryMiddleware(manager, recall_policy="ephemeral").recall_policy == "ephemeral"
+    with pytest.warns(DeprecationWarning, match="recall_policy"):
+        old = IronMemoryMiddleware(manager, recall="ephemeral")
+    assert old.recall_policy == "ephemeral"
+    memory = llama_index.IronMemory.from_defaults(manager=manager, recall_policy="ephemeral")
+    assert memory.recall_policy == "ephemeral"
+    memory.close()
+    with pytest.warns(DeprecationWarning, match="recall_policy"):
+        memory = llama_index.IronMemory.from_defaults(manager=manager, recall="ephemeral")
+    assert memory.recall_policy == "ephemeral"
+    memory.close()
 
 
 def test_replay_does_not_send_a_recalled_turn_twice(manager: MemoryManager) -> None:
@@ -220,7 +236,7 @@ def test_replay_does_not_send_a_recalled_turn_twice(manager: MemoryManager) -> N
     sent: dict[str, list[list[HumanMessage]]] = {}
     for policy in ("replay", "ephemeral"):
         model = ScriptedChatModel(["Salmon kibble.", "The same kibble."])
-        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager, recall=policy)],
+        agent = create_agent(model, middleware=[IronMemoryMiddleware(manager, recall_policy=policy)],
                              checkpointer=InMemorySaver())
         run = make_runner(agent, "sync")
         for text in questions:

@@ -95,3 +95,11 @@ class StorageError(MemoryFileError):
 class ReadOnlyError(MemoryFileError):
     """A write reached memory opened read-only (``MemoryManager(read_only=True)``, a home this user cannot write);
     nothing was written. The message says how to open it for writing."""
+
+
+class SessionOwnerError(IronMemError, PermissionError):
+    """A conversation (thread / session id) was continued as a different user than the one who started it.
+
+    Nothing was read or written for the second user: give each user their own thread ids (for example
+    ``f"{user_id}:{conversation}"``).
+    """

@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ArgumentTypeError
@@ -286,6 +287,37 @@ class Session:
         self._fenced.add(key)
         return item
 
+    def restore_shown(self, recalled: Iterable[str]) -> None:
+        """A conversation resumed in a new process: ``recalled`` are the recall texts (``Recall.text``, in turn
+        order) of its earlier turns, which it keeps replaying. Entries those fences showed, or said were removed,
+        count as shown, so the live delta neither repeats them nor misses that one of them was removed since.
+
+        Example:
+            >>> import tempfile
+            >>> from ironmem import MemoryManager
+            >>> session = MemoryManager(home=tempfile.mkdtemp()).start_session("s1")
+            >>> session.restore_shown(["## Saved to memory during this session\\n- [user profile] Likes tea"])
+            >>> "[user profile, removed - no longer true] Likes tea" in session.prefetch("tea?").fenced()
+            True
+        """
+        labels = {"memory": "memory", "user profile": "user"}
+        with self._lock:
+            for text in recalled:
+                for line in (text or "").splitlines():
+                    if not line.startswith("- ["):
+                        continue
+                    label, _, entry = line[3:].partition("] ")
+                    removed = label.endswith(", removed - no longer true")
+                    target = labels.get(label.removesuffix(", removed - no longer true"))
+                    if target is None or not entry or target not in self._surfaced:
+                        continue
+                    if removed:
+                        self._surfaced[target].discard(entry)
+                        self._removed_shown[target].add(entry)
+                    else:
+                        self._surfaced[target].add(entry)
+                        self._removed_shown[target].discard(entry)
+
     def _live_delta(self) -> list[RecallItem]:
         """Entries added or removed since the snapshot that this session has not been shown yet."""
         out: list[RecallItem] = []
@@ -301,11 +333,15 @@ class Session:
             for entry in state.entries:
                 if entry not in self._surfaced[target]:
                     self._surfaced[target].add(entry)
+                    self._removed_shown[target].discard(entry)
                     # never more of one entry than its file's limit (a hand-pasted megabyte stays on disk)
                     out.append(RecallItem("live", f"[{label}] {clip(entry, builtin.limits[target])}"))
-            for entry in sorted(self._snapshot.entries[target]):
-                if entry not in current and entry not in self._removed_shown[target]:
+            # Everything the model was shown (the snapshot, and entries an earlier fence of this session showed,
+            # which a replayed fence keeps showing byte for byte) and that is gone now gets a note that supersedes it.
+            for entry in sorted(self._surfaced[target] - current):
+                if entry not in self._removed_shown[target]:
                     self._removed_shown[target].add(entry)
+                    self._surfaced[target].discard(entry)
                     out.append(RecallItem("live", f"[{label}, removed - no longer true] {clip(entry, 200)}"))
         return out
 

@@ -6,20 +6,17 @@ Translation only: a thread id and a user id are read from the run's config / con
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...core.errors import ArgumentTypeError
 from ...core.manager import MemoryManager
 from ...core.session import Session
+from .._owner import check_owner
 
-__all__ = ["SessionRegistry", "require_source", "thread_id_from_config", "user_id_from"]
-
-log = logging.getLogger("ironmem.langchain")
-
+__all__ = ["SessionRegistry", "check_owner", "require_source", "thread_id_from_config", "user_id_from"]
 
 def require_source(value: Any, owner: str) -> Session | MemoryManager:
     """``value`` when it is an ironmem Session or MemoryManager; else a TypeError that shows how to make one."""
@@ -69,20 +66,28 @@ class SessionRegistry:
         self._lock = threading.Lock()
 
     def get(
-        self, thread_id: str | None = None, user_id: str | None = None, *, snapshot: dict[str, Any] | None = None
+        self,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        *,
+        snapshot: dict[str, Any] | None = None,
+        shown: Iterable[str] = (),
     ) -> Session:
-        """The session of ``thread_id`` (started on first use, from a saved ``snapshot`` when resuming)."""
+        """The session of ``thread_id`` (started on first use, from a saved ``snapshot`` when resuming, with the
+        recall texts its earlier turns were ``shown``).
+
+        Raises :class:`~ironmem.core.errors.SessionOwnerError` when the thread was started by another user.
+        """
         key = thread_id or self.default_id
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
                 session = self.manager.start_session(key, user_id=user_id or self.user_id, snapshot=snapshot)
+                if snapshot is not None:
+                    session.restore_shown(shown)
                 self._sessions[key] = session
-            elif user_id and session.user_id and user_id != session.user_id:
-                log.warning(
-                    "thread %r belongs to user %r; ignoring user id %r for it (use one thread per user)",
-                    key, session.user_id, user_id,
-                )
+            else:
+                check_owner(key, session.user_id, user_id)
             return session
 
     def peek(self, thread_id: str | None = None) -> Session | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, NotRequired, cast
 
@@ -37,15 +38,26 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
+    hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+)
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
+from ...core.errors import SessionOwnerError
 from ...core.manager import MemoryManager
 from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence, recall_text
 from ...core.session import Session
+from .._owner import check_owner
 from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool
 
@@ -62,12 +74,16 @@ class IronMemoryState(AgentState):
     ironmem_snapshot: NotRequired[Annotated[str, PrivateStateAttr]]
     #: The entries that snapshot was rendered from, so a resumed thread's live delta stays exact.
     ironmem_snapshot_entries: NotRequired[Annotated[dict[str, list[str]], PrivateStateAttr]]
+    #: The user id the thread was started with (None: no user id); another user may not continue the thread.
+    ironmem_user: NotRequired[Annotated[str | None, PrivateStateAttr]]
     #: Recalled text (unfenced) per user message id; the fence is rebuilt with the core's ``fence()``.
     ironmem_recalls: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
     #: Id of the user message of the current (or last) run.
     ironmem_turn: NotRequired[Annotated[str, PrivateStateAttr]]
     #: Id of the last user message whose turn was synced.
     ironmem_synced: NotRequired[Annotated[str, PrivateStateAttr]]
+    #: Why this run was refused (another user on this thread); cleared by the thread's next accepted run.
+    ironmem_refused: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
 def _message_key(message: BaseMessage, index: int) -> str:
@@ -118,10 +134,14 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
     Args:
         manager: The :class:`~ironmem.MemoryManager` (configure its external provider first: the tools are
             taken from it when the middleware is built).
-        recall: ``"replay"`` (default) re-sends every earlier turn's exact fenced recall so each request
+        recall_policy: ``"replay"`` (default) re-sends every earlier turn's exact fenced recall so each request
             extends the previous one (prefix cache friendly); ``"ephemeral"`` sends only the current turn's.
+            The same setting has the same name in the LlamaIndex adapter.
         user_id: Default user id for new sessions. A run's ``context.user_id`` (or
-            ``config["configurable"]["user_id"]``) takes precedence when given.
+            ``config["configurable"]["user_id"]``) takes precedence when given. A thread belongs to the user
+            who started it: a run of that thread as another user raises
+            :class:`~ironmem.core.errors.SessionOwnerError` before anything is read or written.
+        recall: Deprecated name of ``recall_policy`` (warns).
 
     The session id is the run's thread id (``config["configurable"]["thread_id"]``); runs without one share
     a fresh id for this middleware instance. List this middleware before
@@ -150,12 +170,19 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
     def __init__(
         self,
         manager: MemoryManager,
-        recall: RecallPolicy = "replay",
+        recall_policy: RecallPolicy = "replay",
         user_id: str | None = None,
+        *,
+        recall: RecallPolicy | None = None,
     ) -> None:
-        check_policy(recall, "recall")
+        if recall is not None:
+            warnings.warn(
+                "IronMemoryMiddleware(recall=...) is deprecated: use recall_policy=... (the name the LlamaIndex "
+                "adapter uses too)", DeprecationWarning, stacklevel=2,
+            )
+            recall_policy = recall
+        self.recall_policy: RecallPolicy = check_policy(recall_policy, "recall_policy")
         self.manager = manager
-        self.recall: RecallPolicy = recall
         self.user_id = user_id
         self._registry = SessionRegistry(manager, user_id=user_id)
         # Recalls by session, for runs without a checkpointer (private state does not outlive such a run).
@@ -163,7 +190,14 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         # The messages each session's previous model call saw, by id: when some are gone at the next call, the
         # history was compacted (SummarizationMiddleware, trimming) and the session hears about them.
         self._seen: dict[str, dict[str, BaseMessage]] = {}
-        self.tools = [make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas()]
+        self.tools: list[BaseTool] = [
+            make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas()
+        ]
+
+    @property
+    def recall(self) -> RecallPolicy:
+        """Deprecated name of :attr:`recall_policy`."""
+        return self.recall_policy
 
     # -- sessions ---------------------------------------------------------------------------------
     @staticmethod
@@ -214,6 +248,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             saved = session.snapshot.to_dict()
             updates["ironmem_snapshot"] = saved["text"]
             updates["ironmem_snapshot_entries"] = saved["entries"]
+            updates["ironmem_user"] = session.user_id
         found = _last_user_message(state.get("messages", []))
         if found is None:
             return updates, "", ""
@@ -237,30 +272,60 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         """The thread's fence history (rule 2's bookkeeping lives in the core): from the checkpointed private
         state, else from this process's cache (a state schema that drops private fields)."""
         stored = state.get("ironmem_recalls")
-        return FenceHistory(self.recall, stored if stored is not None else self._recall_cache.get(session.id, {}))
+        return FenceHistory(self.recall_policy, stored if stored is not None else self._recall_cache.get(session.id, {}))
 
     def _resume(self, state: IronMemoryState, runtime: Any) -> Session:
-        """The thread's session; a thread restored from a checkpoint keeps the snapshot it started with."""
+        """The thread's session; a thread restored from a checkpoint keeps the snapshot it started with, and
+        the user it started with (another user is refused, even in a new process)."""
         thread_id, user_id = self._run_ids(runtime)
         text = state.get("ironmem_snapshot")
         saved = {"text": text, "entries": state.get("ironmem_snapshot_entries") or {}} if text else None
-        return self._registry.get(thread_id, user_id, snapshot=saved)
+        if saved is not None and "ironmem_user" in state:
+            owner = state.get("ironmem_user")
+            check_owner(thread_id or self._registry.default_id, owner, user_id)
+            user_id = owner
+        shown = (state.get("ironmem_recalls") or {}).values()
+        return self._registry.get(thread_id, user_id, snapshot=saved, shown=shown)
 
+    @staticmethod
+    def _refuse(state: IronMemoryState, error: SessionOwnerError) -> dict[str, Any]:
+        """The run of another user on this thread: take its message back out of the thread (LangGraph wrote the
+        input before any middleware ran), skip the model and tools, and raise in ``after_agent``."""
+        updates: dict[str, Any] = {"jump_to": "end", "ironmem_refused": str(error)}
+        found = _last_user_message(state.get("messages", []))
+        if found is not None and found[1].id:
+            updates["messages"] = [RemoveMessage(id=found[1].id)]
+        return updates
+
+    @staticmethod
+    def _accepted(state: IronMemoryState, updates: dict[str, Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            updates["ironmem_refused"] = None
+        return updates or None
+
+    @hook_config(can_jump_to=["end"])
     def before_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self._resume(state, runtime)
+        try:
+            session = self._resume(state, runtime)
+        except SessionOwnerError as exc:
+            return self._refuse(state, exc)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = session.prefetch(text)
-            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall))
-        return updates or None
+            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall_policy))
+        return self._accepted(state, updates)
 
+    @hook_config(can_jump_to=["end"])
     async def abefore_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        session = self._resume(state, runtime)
+        try:
+            session = self._resume(state, runtime)
+        except SessionOwnerError as exc:
+            return self._refuse(state, exc)
         updates, key, text = self._plan_turn(state, session)
         if key:
             recall = await session.aprefetch(text)
-            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall))
-        return updates or None
+            updates = self._store_recall(state, session, updates, key, recall_text(recall, self.recall_policy))
+        return self._accepted(state, updates)
 
     # -- compaction: messages that left the history since the previous model call -----------------
     def _compacted(self, session: Session, messages: list[AnyMessage]) -> list[dict[str, str]]:
@@ -331,6 +396,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         return turn, messages[start].text, answer
 
     def after_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            raise SessionOwnerError(state["ironmem_refused"])
         finished = self._finished_turn(state)
         if finished is None:
             return None
@@ -339,6 +406,8 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         return {"ironmem_synced": turn}
 
     async def aafter_agent(self, state: IronMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        if state.get("ironmem_refused"):
+            raise SessionOwnerError(state["ironmem_refused"])
         finished = self._finished_turn(state)
         if finished is None:
             return None

@@ -9,6 +9,7 @@ them and answers bad ones with a JSON error the model can read, so the agent loo
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import ConfigDict, PrivateAttr
 
+from ...core.errors import SessionOwnerError
 from ...core.manager import MemoryManager
 from ...core.provider import ToolSchema
 from ...core.session import Session
@@ -34,14 +36,24 @@ def make_memory_tool(schema: ToolSchema, resolve: SessionResolver) -> Structured
 
     The function takes ``runtime: ToolRuntime`` (injected by LangGraph's ``ToolNode`` and never shown to the
     model) and the run's config, so the session can follow the thread id and user id of the run.
+    The call never raises into the agent loop: a thread that belongs to another user
+    (:class:`~ironmem.core.errors.SessionOwnerError`) comes back as a JSON error, with nothing read or written.
     """
     name = schema.name
 
     def call(runtime: ToolRuntime = None, config: RunnableConfig = None, **arguments: Any) -> str:  # type: ignore[assignment]
-        return resolve(runtime, config).handle_tool_call(name, arguments)
+        try:
+            session = resolve(runtime, config)
+        except SessionOwnerError as exc:
+            return json.dumps({"success": False, "error": str(exc)}, ensure_ascii=False)
+        return session.handle_tool_call(name, arguments)
 
     async def acall(runtime: ToolRuntime = None, config: RunnableConfig = None, **arguments: Any) -> str:  # type: ignore[assignment]
-        return await resolve(runtime, config).ahandle_tool_call(name, arguments)
+        try:
+            session = resolve(runtime, config)
+        except SessionOwnerError as exc:
+            return json.dumps({"success": False, "error": str(exc)}, ensure_ascii=False)
+        return await session.ahandle_tool_call(name, arguments)
 
     call.__name__ = acall.__name__ = name
     return StructuredTool(

@@ -39,3 +39,33 @@ def unregister(handle: str) -> None:
 def count() -> int:
     with _lock:
         return len(_live)
+
+
+#: The user each session id was first opened with in this process, per memory home: a session id that another
+#: user opens next is refused (see :func:`claim`).
+_owners: dict[tuple[str, str], str | None] = {}
+
+
+def claim(home: str, session_id: str, user_id: str | None) -> str | None:
+    """The user session ``session_id`` (of the memory at ``home``) belongs to in this process.
+
+    The first caller claims it; a later caller naming another user gets
+    :class:`~ironmem.core.errors.SessionOwnerError`; a later caller naming no user continues as the owner.
+    """
+    from .._owner import check_owner
+
+    with _lock:
+        key = (home, session_id)
+        if key not in _owners:
+            _owners[key] = user_id
+            return user_id
+        owner = _owners[key]
+    check_owner(session_id, owner, user_id, kind="session")
+    return owner
+
+
+def release(home: str, session_id: str) -> None:
+    """Forget the claim on ``session_id`` (its memory was closed; a persistent history keeps its owner in its
+    resume log)."""
+    with _lock:
+        _owners.pop((home, session_id), None)

@@ -2,12 +2,16 @@
 
 What the model sees from ``get()``/``aget()``:
 
-1. the session's frozen snapshot as a system message, byte-identical on every call of the session (rule 3);
+1. ONE system message: the session's frozen snapshot, byte-identical on every call of the session (rule 3),
+   then whatever system content the history memory adds (a stock ``Memory``'s memory blocks);
 2. the chat history, kept by a stock ``llama_index.core.memory.Memory`` (its SQL store can live in a file);
 3. the fenced recall (rule 2) placed before a COPY of the user message it was computed for. The copy is
    never stored. With the default ``recall_policy="replay"`` every earlier user message gets back the exact
    fence it had in its own turn, so each request extends the previous one and the provider's prefix cache
    keeps hitting; ``"ephemeral"`` shows only the current turn's fence.
+
+All of it within ``token_limit`` (the oldest whole turns are left out first; the snapshot and the current turn
+never are).
 
 Recall is computed once per user message, however often the agent calls ``get`` (``FunctionAgent`` calls it
 after every tool round): it is keyed by the message's position in the full history and a hash of its text.
@@ -16,7 +20,9 @@ A turn is synced to the providers when an assistant message without tool calls a
 
 Workflows copy and serialize ``memory``: deep copies share this memory, ``to_dict()``/``from_dict()`` in the
 same process reattach to it, and in a new process the memory is rebuilt from its home folder, session id and
-history store, and the session keeps its frozen snapshot bytes (see :mod:`._registry`).
+history store, and the session keeps its frozen snapshot bytes (see :mod:`._registry`). ``from_defaults`` on
+a session id whose history is in a SQL database resumes it the same way, from the log kept beside the history
+(see :mod:`._resume`); a history with messages but no log starts a new snapshot and warns.
 """
 
 from __future__ import annotations
@@ -24,14 +30,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from llama_index.core.async_utils import asyncio_run
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.llms.types import CacheControl, CachePoint, ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.tools import FunctionTool
+from llama_index.core.utils import get_tokenizer
 from pydantic import (
     BaseModel,
     Field,
@@ -56,6 +66,7 @@ from ._messages import (
     text_of,
     with_fence,
 )
+from ._resume import Resumed, ResumeLog
 
 __all__ = ["IronMemory", "RecallPolicy"]
 
@@ -88,6 +99,7 @@ class _State:
         owns_history: bool = True,
         recall_policy: str = "replay",
         recalls: dict[str, str] | None = None,
+        resume_log: ResumeLog | None = None,
     ) -> None:
         self.manager = manager
         self.session = session
@@ -98,6 +110,8 @@ class _State:
         _watch_compaction(history, self)
         self.fences = FenceHistory(recall_policy, recalls)  # user-message key -> recall (rule 2, in the core)
         self.synced: set[str] = set()  # user-message keys whose turn was synced
+        self.trimmed: set[str] = set()  # user-message keys whose turn the token limit left out of the requests
+        self.resume_log = resume_log  # where the snapshot and fences are kept for a restart (None: nowhere)
         self.closed = False
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _State:
@@ -142,6 +156,42 @@ def _watch_compaction(history: BaseMemory, state: _State) -> None:
     watcher = _CompactionWatcher()
     watcher._state = state
     history.memory_blocks.append(watcher)
+
+
+def _check_token_limit(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"token_limit must be a positive number of tokens, got {value!r}")
+    return value
+
+
+def _check_owner(session_id: str, owner: str | None, user_id: str | None) -> None:
+    from .._owner import check_owner
+
+    check_owner(session_id, owner, user_id, kind="session")
+
+
+def _start_fresh(state: _State) -> None:
+    """A session with nothing saved to resume from: record its start beside the history, and say loudly when
+    the history already holds a conversation (its earlier requests were sent with a snapshot and fences that
+    were not kept, so the next request cannot extend them: the provider's prefix cache misses once)."""
+    session = state.session
+    if state.resume_log is not None:
+        asyncio_run(state.resume_log.astarted(session.user_id, session.snapshot.to_dict()))
+    try:
+        earlier = state.history.get_all()
+    except Exception:  # a history that cannot be read here is the caller's to report
+        earlier = []
+    if earlier:
+        message = (
+            f"IronMemory session {session.id!r}: the chat history holds {len(earlier)} earlier messages but no "
+            "saved snapshot or fences, so this conversation continues with a NEW snapshot and without its earlier "
+            "fences (the first request will not reuse the provider's prompt cache). Keep the history in a SQL "
+            "Memory (history_path=... or async_database_uri=...) so that IronMemory can resume it exactly."
+        )
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _portable_history_config(history: BaseMemory, given: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +245,13 @@ class IronMemory(BaseMemory):
         description="The frozen snapshot (Snapshot.to_dict()), so a rebuilt session keeps its bytes.",
     )
     recall_log: dict[str, str] = Field(default_factory=dict, description="Recalled text per user message.")
+    token_limit: int | None = Field(
+        default=None,
+        description="Most tokens get() returns, snapshot + fences + history (None: the history Memory's limit).",
+    )
+    cache_points: bool = Field(
+        default=False, description="Add CachePoint blocks after the snapshot and the newest message."
+    )
     synced_turns: list[str] = Field(default_factory=list, description="User messages whose turn was synced.")
 
     _state: Any = PrivateAttr(default=None)
@@ -216,15 +273,19 @@ class IronMemory(BaseMemory):
         home: str | Path | None = None,
         history_path: str | Path | None = None,
         recall_policy: RecallPolicy = "replay",
+        token_limit: int | None = None,
+        cache_points: bool = False,
+        recall: RecallPolicy | None = None,
         **history_kwargs: Any,
     ) -> IronMemory:
-        """Create a memory for one conversation.
+        """Create a memory for one conversation, or resume one.
 
         Args:
             manager: the :class:`MemoryManager` (its providers and home). Omit it to open one at ``home``
                 (or ``$IRONMEM_HOME``); that manager is then closed by :meth:`close`.
             session_id: the conversation id (a new one when omitted). Reusing an id continues its history
-                when the history store is persistent.
+                when the history store is persistent, with the snapshot and fences it was started with. An id
+                started by another user is refused (:class:`~ironmem.core.errors.SessionOwnerError`).
             user_id: whose memory this is.
             history: a ``llama_index.core.memory.Memory`` (or any ``BaseMemory``) to keep the chat history,
                 or a dict of ``Memory.from_defaults`` arguments. Default: a stock ``Memory``.
@@ -233,15 +294,40 @@ class IronMemory(BaseMemory):
                 ``async_database_uri="sqlite+aiosqlite:///<path>"``).
             recall_policy: ``"replay"`` (default) re-sends every earlier turn's fence unchanged, which keeps
                 the prompt a pure extension of the previous one; ``"ephemeral"`` sends only the current one.
-            **history_kwargs: more ``Memory.from_defaults`` arguments (``token_limit``, ``table_name``,
-                ``async_database_uri``, ...).
+                The same setting has the same name in the LangChain adapter.
+            token_limit: the most tokens :meth:`get` returns, snapshot, fences and history together (counted
+                with the history's tokenizer). The oldest turns are left out first; the snapshot and the current
+                turn never are. Default: the history ``Memory``'s own ``token_limit``. A ``Memory`` built here
+                gets the same limit.
+            cache_points: add LlamaIndex ``CachePoint`` blocks after the snapshot and after the newest message
+                (2 of Anthropic's 4 cache breakpoints; see docs/llama-index.md). Only for LLMs that accept
+                ``CachePoint`` blocks (Anthropic, Bedrock Converse).
+            recall: deprecated name of ``recall_policy`` (warns).
+            **history_kwargs: more ``Memory.from_defaults`` arguments (``table_name``, ``async_database_uri``,
+                ``chat_history_token_ratio``, ...).
         """
+        if recall is not None:
+            warnings.warn(
+                "IronMemory.from_defaults(recall=...) is deprecated: use recall_policy=...",
+                DeprecationWarning, stacklevel=2,
+            )
+            recall_policy = recall
         check_policy(recall_policy, "recall_policy")
+        token_limit = _check_token_limit(token_limit)
+        if token_limit is not None and not isinstance(history, BaseMemory):
+            history_kwargs.setdefault("token_limit", token_limit)
         owns_manager = False
+        resumed: Resumed | None = None
         if session is not None:
             if not isinstance(session, Session):
                 raise ArgumentTypeError(f"session must be an ironmem Session, got {type(session).__name__}")
             manager = session.manager
+            history_obj, config = _build_history(session.id, history, history_path, history_kwargs)
+            resume_log = ResumeLog.beside(history_obj, session.id)
+            saved = asyncio_run(resume_log.aload()) if resume_log is not None else None
+            if saved is not None:
+                _check_owner(session.id, saved.user_id, session.user_id)
+            _registry.claim(str(manager.home), session.id, session.user_id)
         else:
             if manager is None:
                 manager = MemoryManager(home=home)
@@ -251,12 +337,27 @@ class IronMemory(BaseMemory):
                     f"manager must be an ironmem MemoryManager, got {type(manager).__name__}; "
                     "build one with MemoryManager(home=...)"
                 )
-            session = manager.start_session(session_id, user_id)
-        history_obj, config = _build_history(session.id, history, history_path, history_kwargs)
+            sid = session_id or uuid.uuid4().hex
+            history_obj, config = _build_history(sid, history, history_path, history_kwargs)
+            resume_log = ResumeLog.beside(history_obj, sid)
+            resumed = asyncio_run(resume_log.aload()) if resume_log is not None else None
+            if resumed is not None:  # the session's owner is the one saved with it, in any process
+                _check_owner(sid, resumed.user_id, user_id)
+                user_id = resumed.user_id
+                _registry.claim(str(manager.home), sid, user_id)
+            else:
+                user_id = _registry.claim(str(manager.home), sid, user_id)
+            session = manager.start_session(sid, user_id, snapshot=resumed.snapshot if resumed else None)
+            if resumed is not None:
+                session.restore_shown(resumed.recalls.values())
         state = _State(
             manager, session, history_obj, owns_manager=owns_manager, owns_history=history_obj is not history,
-            recall_policy=recall_policy,
+            recall_policy=recall_policy, recalls=resumed.recalls if resumed else None, resume_log=resume_log,
         )
+        if resumed is not None:
+            state.synced.update(resumed.synced)
+        else:
+            _start_fresh(state)
         handle = _registry.new_handle()
         _registry.register(handle, state)
         return cls(
@@ -265,6 +366,8 @@ class IronMemory(BaseMemory):
             user_id=session.user_id,
             home=str(manager.home),
             recall_policy=recall_policy,
+            token_limit=token_limit,
+            cache_points=cache_points,
             history_config=config,
         )
 
@@ -283,7 +386,6 @@ class IronMemory(BaseMemory):
                 "IronMemory.from_defaults(manager=..., session_id=...) or pass home=..."
             )
         manager = MemoryManager(home=self.home)
-        session = manager.start_session(self.session_id or None, self.user_id, snapshot=self.snapshot_state)
         config = dict(self.history_config)
         chat_history = None
         if self.history_messages:
@@ -292,13 +394,28 @@ class IronMemory(BaseMemory):
             log.warning(
                 "IronMemory %s rebuilt without its chat history (it was kept in memory); "
                 "pass history_path=... to keep the history in a file",
-                session.id,
+                self.session_id,
             )
-        config.setdefault("session_id", session.id)
+        sid = self.session_id or uuid.uuid4().hex
+        config.setdefault("session_id", sid)
         history = Memory.from_defaults(chat_history=chat_history, **config)
+        resume_log = ResumeLog.beside(history, sid)
+        # The log beside a persistent history is newer than the serialized fields; else the fields are all there is.
+        resumed = asyncio_run(resume_log.aload()) if resume_log is not None else None
+        if resumed is None and self.snapshot_state is not None:
+            resumed = Resumed(self.user_id, self.snapshot_state, dict(self.recall_log), set(self.synced_turns))
+        if resumed is not None:
+            _check_owner(sid, resumed.user_id, self.user_id)
+        _registry.claim(str(manager.home), sid, self.user_id)
+        session = manager.start_session(sid, self.user_id, snapshot=resumed.snapshot if resumed else None)
+        if resumed is not None:
+            session.restore_shown(resumed.recalls.values())
         state = _State(manager, session, history, owns_manager=True, recall_policy=self.recall_policy,
-                       recalls=self.recall_log)
-        state.synced.update(self.synced_turns)
+                       recalls=resumed.recalls if resumed else None, resume_log=resume_log)
+        if resumed is not None:
+            state.synced.update(resumed.synced)
+        else:
+            _start_fresh(state)
         handle = self.memory_id or _registry.new_handle()
         _registry.register(handle, state)
         self.memory_id = handle
@@ -372,7 +489,7 @@ class IronMemory(BaseMemory):
         """The frozen snapshot text sent as the first system message."""
         return self.state.session.system_prompt_block()
 
-    def tools(self) -> list[Any]:
+    def tools(self) -> list[FunctionTool]:
         """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas)."""
         from .tools import IronMemoryToolSpec
 
@@ -387,24 +504,20 @@ class IronMemory(BaseMemory):
         state = self._release()
         if state is None:
             return
-        engine = _history_engine(state)
-        if engine is not None:
-            try:
-                asyncio_run(engine.dispose())
-            except Exception as exc:  # closing must not raise over a connection already gone
-                log.debug("IronMemory: disposing the history engine failed: %s", exc)
+        try:
+            asyncio_run(_dispose(state))
+        except Exception as exc:  # closing must not raise over a connection already gone
+            log.debug("IronMemory: disposing the history engine failed: %s", exc)
 
     async def aclose(self) -> None:
         """:meth:`close` for async code (waiting for queued syncs happens off the event loop)."""
         state = await asyncio.to_thread(self._release)
         if state is None:
             return
-        engine = _history_engine(state)
-        if engine is not None:
-            try:
-                await engine.dispose()
-            except Exception as exc:
-                log.debug("IronMemory: disposing the history engine failed: %s", exc)
+        try:
+            await _dispose(state)
+        except Exception as exc:
+            log.debug("IronMemory: disposing the history engine failed: %s", exc)
 
     def _release(self) -> _State | None:
         state = self._state
@@ -413,20 +526,27 @@ class IronMemory(BaseMemory):
         state.closed = True
         state.session.end()
         _registry.unregister(self.memory_id)
+        _registry.release(str(state.manager.home), state.session.id)
         if state.owns_manager:
             state.manager.close()
         return state
 
     # -- reading --------------------------------------------------------------------------------
     def get(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
-        """Snapshot, then the history with fenced recall before a copy of the user message(s)."""
+        """Snapshot, then the history with fenced recall before a copy of the user message(s), within
+        :attr:`token_limit`."""
         state = self.state
         messages = state.history.get(input=cast(Any, input), **kwargs)  # the stock memory passes it through
         everything = state.history.get_all()
         current = self._current(everything, input)
         if current is not None and current[0] not in state.fences:
-            self._recall(current[0], current[1])
-        return self._compose(messages, everything, current)
+            text = self._recall(current[0], current[1])
+            if state.resume_log is not None:
+                asyncio_run(state.resume_log.arecalled(current[0], text))
+        out, gone = self._compose(messages, everything, current)
+        if gone:
+            state.session.pre_compress(gone)
+        return out
 
     async def aget(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:
         state = self.state
@@ -434,8 +554,13 @@ class IronMemory(BaseMemory):
         everything = await state.history.aget_all()
         current = self._current(everything, input)
         if current is not None and current[0] not in state.fences:
-            await asyncio.to_thread(self._recall, current[0], current[1])
-        return self._compose(messages, everything, current)
+            text = await asyncio.to_thread(self._recall, current[0], current[1])
+            if state.resume_log is not None:
+                await state.resume_log.arecalled(current[0], text)
+        out, gone = self._compose(messages, everything, current)
+        if gone:
+            await asyncio.to_thread(state.session.pre_compress, gone)
+        return out
 
     def get_all(self, **kwargs: Any) -> list[ChatMessage]:
         """The stored chat history: exactly what was put, no snapshot, no fences."""
@@ -475,9 +600,17 @@ class IronMemory(BaseMemory):
         messages: Sequence[ChatMessage],
         everything: Sequence[ChatMessage],
         current: tuple[str, str, bool] | None,
-    ) -> list[ChatMessage]:
+    ) -> tuple[list[ChatMessage], list[dict[str, Any]]]:
+        """What the model gets, and the messages the token limit newly left out (for ``pre_compress``)."""
         state = self.state
-        out = [ChatMessage(role=MessageRole.SYSTEM, content=state.session.system_prompt_block())]
+        # ONE system message: the snapshot first (the stable prefix), then whatever system content the history
+        # memory adds (a stock Memory puts its memory blocks there).
+        system_blocks: list[Any] = [TextBlock(text=state.session.system_prompt_block())]
+        if self.cache_points:
+            system_blocks.append(CachePoint(cache_control=CacheControl(type="ephemeral")))
+        if messages and role_of(messages[0]) == "system":
+            system_blocks.extend(messages[0].model_copy(deep=True).blocks)
+            messages = messages[1:]
         # The history a memory returns may be a suffix of everything (old messages archived) and may hold
         # extra messages (memory blocks): pair user messages from the end.
         stored_users = [i for i, m in enumerate(everything) if role_of(m) == "user"]
@@ -485,22 +618,85 @@ class IronMemory(BaseMemory):
         position_of = dict(zip(reversed(shown_users), reversed(stored_users), strict=False))
         current_key = current[0] if current else None
         fences = state.fences
+        body: list[tuple[str | None, ChatMessage]] = []  # (user-message key, message) in request order
         for j, message in enumerate(messages):
             position = position_of.get(j)
+            key = None
             if position is not None:
-                fenced = fences.fenced_for(message_key(position, text_of(everything[position])), current_key)
+                key = message_key(position, text_of(everything[position]))
+                fenced = fences.fenced_for(key, current_key)
                 if fenced:
                     message = with_fence(message, fenced)
-            out.append(message)
+            body.append((key, message))
         if current is not None and current[2]:
             fenced = fences.fenced_for(current[0], current_key)
             if fenced:
-                out.append(ChatMessage(role=MessageRole.USER, content=fenced))
-        return out
+                body.append((current[0], ChatMessage(role=MessageRole.USER, content=fenced)))
+        system = ChatMessage(role=MessageRole.SYSTEM, blocks=system_blocks)
+        body, gone = self._fit(system, body)
+        out = [system, *(message for _, message in body)]
+        if self.cache_points and len(out) > 1:
+            last = out[-1].model_copy(deep=True)
+            last.blocks = [*last.blocks, CachePoint(cache_control=CacheControl(type="ephemeral"))]
+            out[-1] = last
+        return out, gone
+
+    def _limit(self) -> int | None:
+        if self.token_limit is not None:
+            return self.token_limit
+        history = self.state.history
+        return history.token_limit if isinstance(history, Memory) else None
+
+    def _counter(self) -> Callable[[str], int]:
+        history = self.state.history
+        tokenizer = history.tokenizer_fn if isinstance(history, Memory) else get_tokenizer()
+        return lambda text: len(tokenizer(text)) if text else 0
+
+    def _fit(
+        self, system: ChatMessage, body: list[tuple[str | None, ChatMessage]]
+    ) -> tuple[list[tuple[str | None, ChatMessage]], list[dict[str, Any]]]:
+        """Leave out the oldest whole turns (a user message and what follows it) until the request fits the
+        token limit. The snapshot and the newest turn always stay, as a stock Memory keeps its priority-0 blocks
+        and its newest message. Returns the kept body and the messages left out for the first time."""
+        limit = self._limit()
+        if limit is None:
+            return body, []
+        count = self._counter()
+
+        def size(message: ChatMessage) -> int:
+            tokens = count(text_of(message))
+            if message.additional_kwargs:
+                tokens += count(str(message.additional_kwargs))
+            return tokens
+
+        sizes = [size(message) for _, message in body]
+        total = size(system) + sum(sizes)
+        starts = [i for i, (key, _) in enumerate(body) if key is not None and i > 0]  # where a later turn begins
+        cut = 0
+        for start in starts:
+            if total <= limit:
+                break
+            total -= sum(sizes[cut:start])
+            cut = start
+        dropped, kept = body[:cut], body[cut:]
+        if not dropped:
+            return body, []
+        state = self.state
+        with state.lock:
+            first_time = not state.trimmed
+            fresh = {key for key, _ in dropped if key is not None and key not in state.trimmed}
+            state.trimmed.update(fresh)
+        gone: list[dict[str, Any]] = []
+        turn: str | None = None
+        for key, message in dropped:  # each message once: those of the turns left out just now
+            turn = key if key is not None else turn
+            if (turn in fresh) or (turn is None and first_time):
+                gone.append({"role": role_of(message), "content": text_of(message)})
+        return kept, gone
 
     # -- writing --------------------------------------------------------------------------------
     def _clean(self, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        """Drop what this memory added on the way out (snapshot message, fences) before storing."""
+        """Drop what this memory added on the way out (snapshot, fences, cache points) before storing."""
         snapshot = self.state.session.system_prompt_block()
         cleaned = []
         for message in messages:
@@ -508,7 +704,11 @@ class IronMemory(BaseMemory):
                 raise ArgumentTypeError(
                     f"IronMemory stores llama_index ChatMessage objects, got {type(message).__name__}"
                 )
-            if role_of(message) == "system" and text_of(message) == snapshot:
+            if any(isinstance(block, CachePoint) for block in message.blocks):
+                message = message.model_copy(deep=True)
+                message.blocks = [block for block in message.blocks if not isinstance(block, CachePoint)]
+            if role_of(message) == "system" and message.blocks and isinstance(message.blocks[0], TextBlock) \
+                    and message.blocks[0].text == snapshot:
                 continue
             stripped = strip_fence(message)
             if stripped is not None:
@@ -538,12 +738,18 @@ class IronMemory(BaseMemory):
         return out
 
     def _sync(self, turns: list[tuple[str, str, str]]) -> None:
+        state = self.state
         for _, user, answer in turns:
-            self.state.session.sync_turn(user, answer)
+            state.session.sync_turn(user, answer)
+        if turns and state.resume_log is not None:
+            asyncio_run(state.resume_log.asynced([key for key, _, _ in turns]))
 
     async def _async_sync(self, turns: list[tuple[str, str, str]]) -> None:
+        state = self.state
         for _, user, answer in turns:
-            await self.state.session.async_turn(user, answer)
+            await state.session.async_turn(user, answer)
+        if turns and state.resume_log is not None:
+            await state.resume_log.asynced([key for key, _, _ in turns])
 
     def put(self, message: ChatMessage, **kwargs: Any) -> None:
         """Store a message; a final assistant answer syncs its turn."""
@@ -593,16 +799,22 @@ class IronMemory(BaseMemory):
         """Clear the chat history (the memory files and the turn index are untouched)."""
         state = self.state
         state.history.reset(**kwargs)
-        with state.lock:
-            state.fences = FenceHistory(self.recall_policy)
-            state.synced.clear()
+        self._forget_turns(state)
+        if state.resume_log is not None:
+            asyncio_run(state.resume_log.areset())
 
     async def areset(self, **kwargs: Any) -> None:
         state = self.state
         await state.history.areset(**kwargs)
+        self._forget_turns(state)
+        if state.resume_log is not None:
+            await state.resume_log.areset()
+
+    def _forget_turns(self, state: _State) -> None:
         with state.lock:
             state.fences = FenceHistory(self.recall_policy)
             state.synced.clear()
+            state.trimmed.clear()
 
     def __repr__(self) -> str:
         return (
@@ -617,6 +829,15 @@ def _history_engine(state: _State) -> Any:
         return None
     store = getattr(state.history, "sql_store", None)
     return getattr(store, "_async_engine", None) if store is not None else None
+
+
+async def _dispose(state: _State) -> None:
+    """Close the connections this memory opened: its history's (when it built the history) and its resume log's."""
+    engine = _history_engine(state)
+    if engine is not None:
+        await engine.dispose()
+    if state.resume_log is not None:
+        await state.resume_log.aclose()
 
 
 def _build_history(
