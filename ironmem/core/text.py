@@ -88,6 +88,7 @@ __all__ = [
     "fold_map",
     "is_invisible",
     "lone_surrogate",
+    "plain",
     "skeleton",
     "well_formed",
     "strip_invisibles",
@@ -847,6 +848,66 @@ def fold(text: str, *, spaces: bool = False) -> str:
     """
     return fold_map(text, spaces=spaces).text
 
+
+
+# ------------------------------------------------------------------------------------------------ plain view
+
+
+class _PlainTable(dict[int, str]):
+    """``str.translate`` table for :func:`plain`, filled on first sight of each character and bounded."""
+
+    def __missing__(self, cp: int) -> str:
+        ch = chr(cp)
+        if ch in _NEWLINES:
+            out = "" if ch == "\r" else "\n"
+        elif is_invisible(ch):
+            out = ""
+        else:
+            out = unicodedata.normalize("NFKC", ch).casefold()
+            if not out.isascii() and unicodedata.category(ch)[0] in ("L", "N"):
+                core = _fold_core(ch)
+                out = core if core.isascii() else out
+                out = "i" if out == "l" and ch.isupper() else out  # UTS #39 keeps I and l apart by case only
+            out = out[:_MAX_FOLD]
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        self[cp] = out
+        return out
+
+
+_PLAIN = _PlainTable({c: chr(c).lower() for c in range(128)})
+
+
+def plain(text: str, max_len: int | None = None) -> str:
+    """The word-matching view of ``text``: what a reader sees, in lower case, punctuation kept.
+
+    Escapes decoded (:func:`decode_escapes`), invisible characters removed, NFKC and case folding, and every
+    other letter or digit whose case-folded, mark-free UTS #39 prototype is ASCII replaced by that prototype (the look-alike notion :func:`fold` uses: ``ѕуѕtеm`` reads
+    ``system``, ``é`` reads ``e``, letters without a Latin look-alike stay as they are), other characters by
+    their NFKC form, and runs of single spaced-out letters joined (``i g n o r e`` reads ``ignore``). Unlike
+    :func:`fold`, ``l``, ``1`` and ``i`` stay apart and punctuation stays, so a plain regular expression
+    written in lower case matches it. One translate and one regex pass: linear time. ``max_len`` cuts the view
+    there, and the work with it (a text of ligatures that each fold to many letters).
+
+    Example:
+        >>> plain("IGNORE all ＰＲＥＶＩＯＵＳ instructions")
+        'ignore all previous instructions'
+        >>> plain("cat ~/.ѕѕh/id_rsa &amp;&amp; s e n d it")
+        'cat ~/.ssh/id_rsa && send it'
+    """
+    decoded = decode_escapes(text)
+    if max_len is None or decoded.isascii():
+        out = decoded.translate(_PLAIN)
+    else:  # a few characters fold to many (U+FDFA to 18): stop once the view reaches ``max_len``
+        parts, size = [], 0
+        for i in range(0, len(decoded), 65_536):
+            parts.append(decoded[i : i + 65_536].translate(_PLAIN))
+            size += len(parts[-1])
+            if size >= max_len:
+                break
+        out = "".join(parts)
+    out = out[:max_len] if max_len is not None else out
+    return _SPACED_LETTERS_RE.sub(lambda m: m.group(0).replace(" ", ""), out) if " " in out else out
 
 # Read the Unicode data at import, not on first use: a process forked after importing ironmem (a worker pool,
 # a pre-forked server) then shares the table instead of parsing it again in every child.
