@@ -25,7 +25,7 @@ import functools
 import re
 import unicodedata
 
-from ironmem.core.text import fold_char, fold_map
+from ironmem.core.text import fold_char, fold_map, mixed_words
 
 from .result import Finding
 
@@ -55,7 +55,7 @@ _SPACELESS = ((0x0E00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3000, 0x9
 
 
 def _emoji(ch: str) -> bool:
-    return _in(ch, (0x1F000, 0x1FAFF), (0x2600, 0x27BF), (0x2B00, 0x2BFF)) or (
+    return _in(ch, (0x1F000, 0x1FAFF), (0x2600, 0x27BF), (0x2B00, 0x2BFF), (0xFE0F, 0xFE0F)) or (
         bool(ch) and unicodedata.category(ch) == "So")
 
 
@@ -132,14 +132,10 @@ def hidden_text(text: str, context: str) -> list[Finding]:
 
 # ------------------------------------------------------------------------------------------ look-alikes
 
-# A Latin letter next to a letter of another script, inside one word.
-_MIXED_RE = re.compile(r"[a-zA-Z][^\W\d_a-zA-Z\u00c0-\u024f]|[^\W\d_a-zA-Z\u00c0-\u024f][a-zA-Z]")
-
-
 @functools.lru_cache(maxsize=4096)
 def _imitates_latin(ch: str) -> bool:
     """A letter of another script whose look-alike prototype (:func:`ironmem.core.text.fold_char`) is Latin."""
-    if ch.isascii() or unicodedata.name(ch, "").startswith("LATIN"):
+    if ch.isascii() or ch == "\u00b5" or unicodedata.name(ch, "").startswith("LATIN"):
         return False
     folded = fold_char(ch)
     return folded.isascii() and folded.isalpha()
@@ -160,20 +156,14 @@ def lookalikes(text: str, context: str) -> list[Finding]:
         return []
     need = 2 if context == "recall" else 1
     found: list[Finding] = []
-    last_end = -1
-    for n, m in enumerate(_MIXED_RE.finditer(text)):
-        if n > 1000 or len(found) >= need:
-            break
-        if m.start() < last_end or not any(_imitates_latin(c) for c in m.group(0)):
-            continue
-        s, e = m.start(), m.end()
-        while s > 0 and text[s - 1].isalpha() and m.start() - s < 40:
-            s -= 1
-        while e < len(text) and text[e].isalpha() and e - m.end() < 40:
-            e += 1
-        last_end = e
-        found.append(Finding("homoglyph", "mixed-script-word", (s, e), text[s:e]))
-    return found if len(found) >= need else []
+    for s, e in mixed_words(text, limit=1000):
+        foreign = [i for i in range(s, e) if _imitates_latin(text[i])]
+        # (one Greek letter in front is a unit or a prefix: μs, μmol, Δx)
+        if foreign and not (foreign == [s] and "\u0370" <= text[s] <= "\u03ff"):
+            found.append(Finding("homoglyph", "mixed-script-word", (s, e), text[s:e]))
+            if len(found) >= need:
+                return found
+    return []
 
 
 # ------------------------------------------------------------------------------------------ forged structure

@@ -35,7 +35,7 @@ __all__ = ["RULES", "Rule", "load_rules", "matching"]
 
 _SHORTHANDS = {
     "{gap}": r"(?:\S+\s+){0,6}?",
-    "{start}": r"(?:^[ \t>*#-]*|[.!?;:,(\"'“]\s*|\b(?:and|then|please|now|also|just|so|must|should|will|"
+    "{start}": r"(?:^[ \t>*#-]*|[.!?;:,(]\s*|\b(?:and|then|please|now|also|just|so|must|should|will|"
                r"need to|have to)\s+)",
 }
 

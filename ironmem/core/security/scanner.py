@@ -45,19 +45,23 @@ ScanContext = Literal["write", "recall"]
 MAX_SCAN_CHARS = 1_000_000
 
 
-def _rules(text: str, view: str, depth: int) -> list[Finding]:
-    """Rule findings on the plain ``view``, then on what the encoded payloads of ``text`` decode to."""
-    for rule in RULES:
+def _findings(text: str, view: str, context: str, classifier: Classifier, depth: int = 0) -> list[Finding]:
+    """What blocks ``text`` (``view`` is its plain view): the first part that finds anything decides."""
+    found = hidden_text(text, context) + lookalikes(text, context) + forgeries(text, context)
+    for rule in RULES if not found else ():
         m = rule.search(view)
         if m:
             return [Finding(rule.category, rule.id, m.span(), m.group(0)[:120])]
-    if depth == 0:
-        for kind, decoded, span in payloads(text):
-            inner = _rules(decoded, plain(decoded), 1)
-            if inner:
-                return [Finding("encoded_instructions", f"encoded.{kind}", span,
-                                f"{kind} decodes to {inner[0].category}: {inner[0].excerpt[:60]}")]
-    return []
+    for kind, decoded, span in payloads(text) if depth == 0 and not found else ():
+        inner = _findings(decoded, plain(decoded), context, classifier, 1)
+        if inner:
+            return [Finding("encoded_instructions", f"encoded.{kind}", span,
+                            f"{kind} decodes to {inner[0].category}: {inner[0].excerpt[:60]}")]
+    if not found:
+        score = classifier.score(view)
+        if score >= (THRESHOLDS.write if context == "write" else THRESHOLDS.recall):
+            found = [Finding("learned", "classifier", (0, len(text)), f"classifier score {score:.2f}")]
+    return found
 
 
 def scan(text: str, context: ScanContext = "write", *, classifier: Classifier | None = None) -> ScanResult:
@@ -85,12 +89,7 @@ def scan(text: str, context: ScanContext = "write", *, classifier: Classifier | 
     if len(view) >= limit:
         return ScanResult(True, (Finding("obfuscation", "size.growth", (0, len(text)),
                                          f"the normalized text is over {THRESHOLDS.max_growth}x longer"),))
-    found = hidden_text(text, context) + lookalikes(text, context) + forgeries(text, context)
-    found = found or _rules(text, view, 0)
-    if not found:
-        score = (classifier or current_classifier()).score(view)
-        if score >= (THRESHOLDS.write if context == "write" else THRESHOLDS.recall):
-            found = [Finding("learned", "classifier", (0, len(text)), f"classifier score {score:.2f}")]
+    found = _findings(text, view, context, classifier or current_classifier())
     return ScanResult(bool(found), tuple(found))
 
 
