@@ -12,6 +12,7 @@ tunes on. Run it before a release, not while changing rules (a figure looked at 
     python benchmarks/security_eval.py --release      # the release set (seconds)
     python benchmarks/security_eval.py --misses       # also list the dev rows the held-out scan gets wrong
     python benchmarks/security_eval.py --json out.json
+    python benchmarks/security_eval.py --write-report   # refresh the report tests/test_security_eval.py checks
 
 Targets (bands, never today's exact value): detection >= 85%, false positives <= 1%.
 """
@@ -19,6 +20,7 @@ Targets (bands, never today's exact value): detection >= 85%, false positives <=
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -38,6 +40,19 @@ from train_scanner import build, features, load_corpus, source_of, trainable
 from ironmem.core.security import scan
 
 TARGETS = {"detection": 0.85, "false_positive": 0.01}
+REPORT = ROOT / "tests" / "data" / "security" / "loso_report.json"
+
+
+def fingerprint() -> str:
+    """Hash of what the verdicts depend on as data: the corpus, the rules, the model and the thresholds."""
+    from ironmem.core.security import THRESHOLDS
+
+    pkg = ROOT / "ironmem" / "core" / "security"
+    h = hashlib.sha256()
+    for blob in ((ROOT / "tests" / "data" / "security" / "corpus.jsonl").read_bytes(),
+                 (pkg / "rules.yaml").read_bytes(), (pkg / "model.npz").read_bytes(), repr(THRESHOLDS).encode()):
+        h.update(hashlib.sha256(blob).digest())
+    return h.hexdigest()[:16]
 
 # The peer: a short regex list in the style of the Hermes agent's memory scanner (NFKC, invisible characters on
 # sight), written here from its description.
@@ -127,6 +142,7 @@ def main() -> int:
     ap.add_argument("--release", action="store_true", help="score the held-out release set with the shipped scanner")
     ap.add_argument("--misses", action="store_true", help="list the dev rows the held-out scan gets wrong")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--write-report", action="store_true", help="refresh tests/data/security/loso_report.json")
     args = ap.parse_args()
     corpus = load_corpus()
     t0 = time.time()
@@ -145,6 +161,8 @@ def main() -> int:
         for r, v in zip(rows, verdicts):
             if (r["label"] == "attack") != v:
                 print(f"{'MISS' if not v else 'FP  '} {source_of(r):24} {r['category']:20} {r['text'][:140]!r}")
+    if args.write_report and not args.release:
+        REPORT.write_text(json.dumps({"fingerprint": fingerprint(), **rep}, indent=1, ensure_ascii=False) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"title": title, **rep, "targets": TARGETS}, indent=1, ensure_ascii=False))
     return 1 if missed else 0

@@ -132,10 +132,14 @@ def hidden_text(text: str, context: str) -> list[Finding]:
 
 # ------------------------------------------------------------------------------------------ look-alikes
 
+def _latin_script(ch: str) -> bool:
+    return ch == "\u00b5" or unicodedata.name(ch, "").startswith("LATIN")
+
+
 @functools.lru_cache(maxsize=4096)
 def _imitates_latin(ch: str) -> bool:
     """A letter of another script whose look-alike prototype (:func:`ironmem.core.text.fold_char`) is Latin."""
-    if ch.isascii() or ch == "\u00b5" or unicodedata.name(ch, "").startswith("LATIN"):
+    if ch.isascii() or _latin_script(ch):
         return False
     folded = fold_char(ch)
     return folded.isascii() and folded.isalpha()
@@ -157,9 +161,11 @@ def lookalikes(text: str, context: str) -> list[Finding]:
     need = 2 if context == "recall" else 1
     found: list[Finding] = []
     for s, e in mixed_words(text, limit=1000):
-        foreign = [i for i in range(s, e) if _imitates_latin(text[i])]
-        # (one Greek letter in front is a unit or a prefix: μs, μmol, Δx)
-        if foreign and not (foreign == [s] and "\u0370" <= text[s] <= "\u03ff"):
+        foreign = [i for i in range(s, e) if not text[i].isascii() and not _latin_script(text[i])]
+        # a disguise reads wholly as Latin: every foreign letter imitates one (not "الـIBAN"); one Greek letter
+        # in front is a unit or a prefix (μs, μmol, Δx)
+        if foreign and all(_imitates_latin(text[i]) for i in foreign) and not (
+                foreign == [s] and "\u0370" <= text[s] <= "\u03ff"):
             found.append(Finding("homoglyph", "mixed-script-word", (s, e), text[s:e]))
             if len(found) >= need:
                 return found
@@ -199,8 +205,8 @@ def forgeries(text: str, context: str) -> list[Finding]:
         >>> forgeries("Llama 3 ends each turn with <|eot_id|>.", "write")
         []
     """
-    if text.isascii() and not any(c in text for c in "<[&%\\=+\n"):
-        return []
+    if text.isascii() and not any(c in text for c in "<[&%\\=+") and not ("\n" in text and "ystem" in text.lower()):
+        return []  # nothing a boundary is made of (brackets, escapes, a line that could open a system turn)
     folded = fold_map(text, spaces=True, collapse=True)
     view = folded.text
 
