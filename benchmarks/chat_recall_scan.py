@@ -109,15 +109,15 @@ def written_turns(folder: Path = WRITTEN) -> list[tuple[str, str]]:
 
 
 def run(turns: list[tuple[str, str]]) -> dict[str, Any]:
-    from ironmem.core.recall import RecallItem, clip
-    from ironmem.core.session import _recall_verdict  # the verdict prefetch applies to a recalled past turn
+    from ironmem.core.recall import clip
+    from ironmem.core.security import scan_recalled  # the verdict prefetch applies to a recalled item
 
     counts: Counter[str] = Counter()
     blocked: dict[str, list[dict[str, str]]] = {}
     start = time.process_time()
     for source, text in turns:
         counts[source] += 1
-        verdict = _recall_verdict(RecallItem("history", clip(text)))
+        verdict = scan_recalled(clip(text))
         if verdict.blocked:
             blocked.setdefault(source, []).append({"reason": verdict.reason, "text": text})
     return {

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ArgumentTypeError
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
-from .security import ScanResult, asks_how, scan
+from .security import scan_recalled
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -35,27 +35,6 @@ MAX_MEMORY_FAILURES_PER_TURN = 3
 
 #: What a guarded call returns when the external provider raised or hung.
 _FAILED = object()
-
-#: Recall repeats the same items turn after turn (past turns, live entries): scan each distinct text once, in the
-#: scanner's recall-time mode (recalled past turns are ordinary conversation, where a false positive silently
-#: drops a memory).
-_scan_recalled = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall"))
-#: A past turn is scanned whole without the model's power to block on its own (rules, hidden text, a weak signal
-#: the model confirms, two weak signals that agree across the user's words and the reply), and the user's words
-#: again with it: the model learned jailbreak prompts, which people type; on a past assistant reply it judges
-#: style ("As an AI language model, I ..." scored 0.90-0.94 on real chat replies and dropped them), not intent.
-_scan_turn = functools.lru_cache(maxsize=4096)(functools.partial(scan, context="recall", model_alone=False))
-#: What a reply to "how do I ...?" tells the user to do: wipe the drive before selling it, download the installer
-#: and run it, add a cron job, keep the API key out of the code, pay the new account. In such a past turn these
-#: categories give weak signals (a second agreeing rule still blocks; the model's support alone does not, as it
-#: judges a reply's style). Override, role hijack, extraction, exfiltration to an address, concealment, forged
-#: markup and hidden text keep their strength; the user's words are scanned with every rule at full strength.
-_TOLD_STEPS = frozenset(
-    {"destructive", "persistence", "delayed_trigger", "supply_chain", "secret_harvesting", "payment_redirect"}
-)
-_scan_steps_turn = functools.lru_cache(maxsize=4096)(
-    functools.partial(scan, context="recall", model_alone=False, weak_categories=_TOLD_STEPS)
-)
 
 
 def json_error(message: str, **extra: Any) -> str:
@@ -80,39 +59,9 @@ def _interleave(first: list[RecallItem], second: list[RecallItem]) -> list[Recal
     return out
 
 
-def _turn_parts(item: RecallItem) -> tuple[str, str | None]:
-    """A past turn's words without the "User: " / "Assistant: " labels ironmem itself puts in front of them:
-    ``(the user's words, the reply)``, the reply ``None`` when the text has no reply label (any other item: its
-    whole text)."""
-    if item.source != "history":
-        return item.text, None
-    user, label, reply = item.text.removeprefix("User: ").partition("\nAssistant: ")
-    return user, (reply if label else None)
-
-
-def _content(item: RecallItem) -> str:
-    """What the scan judges: the item's words without ironmem's own turn labels (labels at a line start look like
-    chat-template turn headers to a scanner)."""
-    user, reply = _turn_parts(item)
-    return user if reply is None else f"{user}\n{reply}"
-
-
-def _recall_verdict(item: RecallItem) -> ScanResult:
-    """The recall-time scan of one item: a past turn as :data:`_scan_turn` says, anything else (a live entry, a
-    provider's result) whole, with the model's power to block on its own."""
-    text = _content(item)
-    if item.source != "history" or not item.text.startswith("User: "):
-        return _scan_recalled(text)
-    user, reply = _turn_parts(item)
-    whole = (_scan_steps_turn if reply is not None and asks_how(user) else _scan_turn)(text)
-    if whole.blocked:
-        return whole
-    return _scan_recalled(user)
-
-
 def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
     """Scan one recalled item; a blocked item is logged, its reason added to ``dropped``, and True returned."""
-    verdict = _recall_verdict(item)
+    verdict = scan_recalled(item.text)
     if not verdict.blocked:
         return False
     reason = f"{item.source}: {verdict.reason}"
@@ -453,7 +402,7 @@ class Session:
         text = guarded.call("on_pre_compress", [dict(m) for m in messages if isinstance(m, dict)], default="")
         if not isinstance(text, str) or not text.strip():
             return ""
-        if _scan_recalled(text).blocked:
+        if scan_recalled(text).blocked:
             log.warning("on_pre_compress text of %r dropped by the security scan", guarded.name)
             return ""
         return text

@@ -88,6 +88,8 @@ __all__ = [
     "fold_map",
     "is_invisible",
     "lone_surrogate",
+    "mixed_words",
+    "plain",
     "skeleton",
     "well_formed",
     "strip_invisibles",
@@ -847,6 +849,111 @@ def fold(text: str, *, spaces: bool = False) -> str:
     """
     return fold_map(text, spaces=spaces).text
 
+
+
+# ------------------------------------------------------------------------------------------------ plain view
+
+
+class _PlainTable(dict[int, str]):
+    """``str.translate`` table for :func:`plain`, filled on first sight of each character and bounded."""
+
+    def __missing__(self, cp: int) -> str:
+        ch = chr(cp)
+        if ch in _NEWLINES:
+            out = "" if ch == "\r" else "\n"
+        elif is_invisible(ch):
+            out = ""
+        else:
+            out = unicodedata.normalize("NFKC", ch).casefold()
+            if not out.isascii() and unicodedata.name(ch, "").startswith("LATIN"):
+                out = _latin(ch) or out
+            out = out[:_MAX_FOLD]
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        self[cp] = out
+        return out
+
+
+_PLAIN = _PlainTable({c: chr(c).lower() for c in range(128)})
+
+
+def _latin(ch: str) -> str:
+    """The ASCII letters a letter imitates (its case-folded, mark-free UTS #39 prototype), or "" (none)."""
+    core = _fold_core(ch)
+    if not (core.isascii() and core.isalpha()):
+        return ""
+    return "i" if core == "l" and ch.isupper() else core  # UTS #39 keeps I and l apart by case only
+
+
+# An ASCII letter next to a letter that is not ASCII: the place where a word may mix scripts.
+_SCRIPT_MIX_RE = re.compile(r"[a-zA-Z][^\W\d_a-zA-Z]|[^\W\d_a-zA-Z][a-zA-Z]")
+
+
+def mixed_words(text: str, limit: int = 10_000) -> list[tuple[int, int]]:
+    """Spans of the words of ``text`` (at most ``limit``, each cut at 40 letters either side of the mix) that
+    hold an ASCII letter next to a letter that is not ASCII: ``pаypаl`` with a Cyrillic ``а``, and ``café``.
+
+    Example:
+        >>> mixed_words("send to pаypаl, not paypal")
+        [(8, 14)]
+    """
+    spans: list[tuple[int, int]] = []
+    for m in _SCRIPT_MIX_RE.finditer(text):
+        if len(spans) >= limit:
+            break
+        if spans and m.start() < spans[-1][1]:
+            continue
+        s, e = m.start(), m.end()
+        while s > 0 and text[s - 1].isalpha() and m.start() - s < 40:
+            s -= 1
+        while e < len(text) and text[e].isalpha() and e - m.end() < 40:
+            e += 1
+        spans.append((s, e))
+    return spans
+
+
+def _latinize_mixed(text: str) -> str:
+    """``text`` with the foreign letters of each mixed word (:func:`mixed_words`) read as the Latin letters they
+    imitate. Words wholly in another script stay as they are."""
+    pieces, last = [], 0
+    for s, e in mixed_words(text):
+        pieces += [text[last:s], "".join(c if c.isascii() else _latin(c) or c for c in text[s:e])]
+        last = e
+    return "".join(pieces) + text[last:] if pieces else text
+
+
+def plain(text: str, max_len: int | None = None) -> str:
+    """The word-matching view of ``text``: what a reader sees, in lower case, punctuation kept.
+
+    Escapes decoded (:func:`decode_escapes`), invisible characters removed, NFKC and case folding; Latin letters
+    with marks or in odd forms (``é``, ``ᴀ``) read as the ASCII letter of their UTS #39 prototype (the look-alike
+    notion :func:`fold` uses), and so do the foreign letters of a word that mixes scripts (``pаypаl`` with a
+    Cyrillic ``а`` reads ``paypal``; a Russian or Greek word stays as it is); runs of single spaced-out letters
+    joined (``i g n o r e`` reads ``ignore``). Unlike
+    :func:`fold`, ``l``, ``1`` and ``i`` stay apart and punctuation stays, so a plain regular expression
+    written in lower case matches it. One translate and one regex pass: linear time. ``max_len`` cuts the view
+    there, and the work with it (a text of ligatures that each fold to many letters).
+
+    Example:
+        >>> plain("IGNORE all ＰＲＥＶＩＯＵＳ instructions")
+        'ignore all previous instructions'
+        >>> plain("cat ~/.ѕѕh/id_rsa &amp;&amp; s e n d it")
+        'cat ~/.ssh/id_rsa && send it'
+    """
+    decoded = decode_escapes(text)
+    if max_len is None or decoded.isascii():
+        out = decoded.translate(_PLAIN)
+    else:  # a few characters fold to many (U+FDFA to 18): stop once the view reaches ``max_len``
+        parts, size = [], 0
+        for i in range(0, len(decoded), 65_536):
+            parts.append(decoded[i : i + 65_536].translate(_PLAIN))
+            size += len(parts[-1])
+            if size >= max_len:
+                break
+        out = "".join(parts)
+    out = out[:max_len] if max_len is not None else out
+    out = out if out.isascii() else _latinize_mixed(out)
+    return _SPACED_LETTERS_RE.sub(lambda m: m.group(0).replace(" ", ""), out) if " " in out else out
 
 # Read the Unicode data at import, not on first use: a process forked after importing ironmem (a worker pool,
 # a pre-forked server) then shares the table instead of parsing it again in every child.
