@@ -220,8 +220,8 @@ class TurnCustody:
             return tuple(self._inputs.values())
 
     def observe(
-        self, text: str = "", *, origin: Origin | str, source: str = "", trusted_tools: Iterable[str] = (),
-        provenance: Provenance | None = None,
+        self, text: str = "", *, origin: Origin | str = Origin.TOOL, source: str = "",
+        trusted_tools: Iterable[str] = (), provenance: Provenance | None = None,
     ) -> bool:
         """Untrusted content entered the context: a tool result (unless ``source`` is a trusted tool), a retrieved
         document, file or web content, an external provider's result. Returns True when it tainted the turn.

@@ -32,6 +32,7 @@ from .isolation import Background, Guard, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
 from .recall import RecallBudget
 from .security import redact_secrets, scan
+from .security.policy import Policy
 from .session import Session
 from .snapshot import Snapshot, render_cap, render_snapshot
 
@@ -84,6 +85,7 @@ class MemoryManager:
         embeddings: Any = None,
         storage: str | MemoryStorage | None = None,
         read_only: bool = False,
+        policy: Policy | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -112,6 +114,7 @@ class MemoryManager:
             user_profile_enabled=user_profile_enabled,
             storage=storage,
             read_only=read_only,
+            policy=policy,
         )
         self.builtin.add_write_listener(self._mirror_write)
         if embeddings and read_only:

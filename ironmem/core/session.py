@@ -10,12 +10,17 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
+from .builtin.provenance import PendingWrite
+from .custody import Origin, Provenance, TurnCustody
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
 from .security import ScanResult, asks_how, redact_secrets, scan
+from .security.policy import Verdict
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -114,6 +119,32 @@ def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
     return True
 
 
+_WORD = re.compile(r"\w{3,}")
+
+
+def _words(text: str) -> set[str]:
+    """The casefolded words of 3+ characters (what makes a held write relevant to a query)."""
+    return set(_WORD.findall(text.casefold()))
+
+
+def _unverified_hits(text: str) -> list[Provenance]:
+    """The provenance of the unverified hits of a ``session_search`` result (none when it does not parse)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return []
+    hits = data.get("results") if isinstance(data, dict) else None
+    out: list[Provenance] = []
+    for hit in hits if isinstance(hits, list) else []:
+        if isinstance(hit, dict) and hit.get("unverified"):
+            origin, _, source = str(hit.get("origin") or "tool").partition(" ")
+            try:
+                out.append(Provenance(Origin.parse(origin), source))
+            except Exception:
+                out.append(Provenance(Origin.TOOL, str(hit.get("origin"))))
+    return out
+
+
 def _text_key(text: str) -> str:
     """What makes two recalled texts the same item: their words, case-folded."""
     return " ".join(text.split()).casefold()
@@ -152,7 +183,7 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
         cost = estimate_tokens(item.rendered)
         if cost > allowance:  # cut to the allowance in UTF-8 bytes (what estimate_tokens counts), date included
             prefix = len(item.rendered.encode("utf-8")) - len(item.text.encode("utf-8"))
-            item = RecallItem(item.source, clip_bytes(item.text, max(4, 4 * allowance - prefix)), date=item.date)
+            item = dataclasses.replace(item, text=clip_bytes(item.text, max(4, 4 * allowance - prefix)))
             cost = estimate_tokens(item.rendered)
         kept.append(item)
         tokens_left -= cost
@@ -199,6 +230,8 @@ class Session:
         self.last_recall: Recall | None = None
         self._ended = False
         self._memory_failures = 0
+        #: The custody of the current turn: the user's words and the untrusted inputs that entered the context.
+        self.turn = TurnCustody(session=session_id, user=self.user_id)
         manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home), scopes=self.scopes)
         if manager.external is not None and manager._guard is not None:
             external = manager.external
@@ -251,7 +284,8 @@ class Session:
                 "prefetch", lambda: external.prefetch(query, session_id=self.id), nothing,
                 timeout=manager.prefetch_timeout,
             )
-            external_items = [RecallItem(external.name, clip(text)) for text in as_items(found)]
+            origin = Provenance(Origin.EXTERNAL, external.name)
+            external_items = [RecallItem(external.name, clip(text), provenance=origin) for text in as_items(found)]
         history: list[RecallItem] = []
         if budget.items:
             try:
@@ -263,14 +297,107 @@ class Session:
             except Exception as exc:  # the index is local; still, a recall failure must not break the turn
                 log.warning("built-in recall failed: %s", exc)
                 hits = []
-            history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
-        candidates = _interleave(external_items, history)
+            turns = self._turn_custody([hit.turn_id for hit in hits if hit.turn_id is not None])
+            history = [RecallItem("history", clip(hit.text), date=hit.date, provenance=turns.get(hit.turn_id or -1))
+                       for hit in hits]
+        candidates = self._held_items(user_message) + _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
+        kept = [self._custody_of(item) for item in kept]
+        kept = [item for item in kept if item is not None]
         with self._lock:
             kept = [self._mark_repeat(item) for item in kept]
         recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))
         self.last_recall = recall
         return recall
+
+    # -- custody (issue 34) ----------------------------------------------------------------------
+    def _turn_custody(self, turn_ids: list[int]) -> dict[int, Provenance]:
+        if not turn_ids:
+            return {}
+        try:
+            return self.manager.builtin.custody.turn_provenance(turn_ids)
+        except Exception as exc:  # unknown custody is not trusted: the items are labelled as unverified
+            log.warning("could not read the provenance of recalled turns: %s", exc)
+            unknown = Provenance(Origin.EXTERNAL, "unknown (custody unavailable)")
+            return {i: unknown for i in turn_ids}
+
+    def _held_items(self, query: str) -> list[RecallItem]:
+        """Held writes of this session's files that concern ``query`` (or were made in this session), as items
+        labelled with their origin; none when the policy hides held writes."""
+        builtin = self.manager.builtin
+        if builtin.policy.held_recall == "hide":
+            return []
+        try:
+            held = builtin.custody.pending(limit=200)
+        except Exception as exc:
+            log.warning("could not read held writes: %s", exc)
+            return []
+        words = _words(query)
+        out: list[RecallItem] = []
+        for pending in reversed(held):  # newest first
+            if any(self.scopes.get(t) != scope for t, scope in pending.scopes.items()):
+                continue
+            for text in pending.texts:
+                if pending.provenance.session == self.id or words & _words(text):
+                    date = time.strftime("%Y-%m-%d", time.gmtime(pending.created))
+                    out.append(RecallItem("held", clip(text), date=date, provenance=pending.provenance))
+        return out
+
+    def _custody_of(self, item: RecallItem) -> RecallItem | None:
+        """A kept item as the policy shows it (None when not at all); an item of untrusted origin taints the
+        turn it enters, like the tool result it came from."""
+        prov = item.provenance
+        if prov is None:
+            return item
+        policy = self.manager.builtin.policy
+        verdict = policy.held_recall_verdict(prov) if item.source == "held" else policy.recall_verdict(prov)
+        if verdict is Verdict.REFUSE:
+            return None
+        self.turn.observe(provenance=prov, trusted_tools=policy.trusted_tools)
+        return item
+
+    def observe(self, text: str = "", *, origin: Origin | str = Origin.TOOL, source: str = "") -> bool:
+        """Untrusted content entered this turn's context (a tool's result, a retrieved document, a web page):
+        writes made from now on in this turn take its origin and are held for approval (see the custody policy).
+        Returns True when it tainted the turn. Adapters call this for every tool result in the model's context;
+        the plain API calls it where the application puts such content in front of the model.
+
+        A result of ironmem's own tools is judged by what it holds: ``memory`` results show entries (trusted);
+        ``session_search`` results taint only when a hit is unverified; an external provider's tool is external.
+
+        Example:
+            >>> import tempfile
+            >>> from ironmem import MemoryManager
+            >>> session = MemoryManager(home=tempfile.mkdtemp()).start_session("s")
+            >>> _ = session.begin_turn("summarize https://example.com")
+            >>> session.observe("<html>...</html>", origin="tool", source="web_fetch")
+            True
+        """
+        policy = self.manager.builtin.policy
+        found = Origin.parse(origin)
+        owner = self.manager._tools.get(source) if found is Origin.TOOL else None
+        if owner is not None:
+            if owner[0] is not self.manager.builtin:
+                return self.turn.observe(text, origin=Origin.EXTERNAL, source=owner[0].name)
+            tainted = False
+            for prov in _unverified_hits(text):
+                tainted = self.turn.observe(provenance=prov) or tainted
+            return tainted
+        return self.turn.observe(text, origin=found, source=source, trusted_tools=policy.trusted_tools)
+
+    def pending(self) -> list[PendingWrite]:
+        """Held writes waiting for approval (all of this memory's, oldest first)."""
+        return self.manager.builtin.pending()
+
+    def approve(self, pending_id: str, *, edited: dict[str, Any] | None = None, by: str | None = None) -> PendingWrite:
+        """Approve a held write: it is applied as a normal write (``edited``: memory-tool arguments to apply
+        instead). Raises :class:`~ironmem.core.errors.PendingWriteError` (unknown or already decided id) or
+        :class:`~ironmem.core.errors.OperationError` (it cannot apply; it stays pending)."""
+        return self.manager.builtin.approve(pending_id, by=by or self.user_id or "user", edited=edited)
+
+    def reject(self, pending_id: str, *, note: str = "", by: str | None = None) -> PendingWrite:
+        """Reject a held write: it is dropped, and the record of it and of the decision kept."""
+        return self.manager.builtin.reject(pending_id, by=by or self.user_id or "user", note=note)
 
     async def aprefetch(self, user_message: str) -> Recall:
         return await asyncio.to_thread(self.prefetch, user_message)
@@ -310,8 +437,15 @@ class Session:
     def tool_schemas(self) -> list[ToolSchema]:
         return self.manager.tool_schemas()
 
-    def handle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
-        """Route a tool call to its provider. Always returns JSON text; never raises."""
+    def handle_tool_call(
+        self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        """Route a tool call to its provider. Always returns JSON text; never raises.
+
+        A ``memory`` write's provenance is ``provenance`` when given (the application vouches for it), else what
+        this turn's custody says (:meth:`observe`). ``call_id`` (the framework's tool-call id) makes a held write's
+        id stable when the framework runs the same call again."""
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
@@ -332,7 +466,12 @@ class Session:
         if provider is self.manager.builtin:
             answer: str
             try:
-                answer = self.manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes)
+                answer = self.manager.builtin.handle_tool_call(
+                    name, args, user_id=self.user_id, scopes=self.scopes,
+                    provenance=provenance if provenance is not None else self.turn, call_id=call_id,
+                )
+                if name != "memory":
+                    answer = self._label_hits(answer)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
                 answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
@@ -351,7 +490,28 @@ class Session:
                 result = json.dumps(result, ensure_ascii=False)
             except (TypeError, ValueError):
                 result = json.dumps({"success": True, "result": str(result)}, ensure_ascii=False)
+        self.turn.observe(result, origin=Origin.EXTERNAL, source=provider.name)  # an external result is external
         return result
+
+    def _label_hits(self, answer: str) -> str:
+        """A ``session_search`` result with each past turn's custody: a hit from a turn whose reply was made after
+        untrusted input is marked ``unverified`` with its origin, and taints this turn."""
+        try:
+            data = json.loads(answer)
+            hits = data.get("results") if isinstance(data, dict) else None
+        except ValueError:
+            return answer
+        if not hits:
+            return answer
+        custody = self._turn_custody([h["turn_id"] for h in hits if isinstance(h.get("turn_id"), int)])
+        marked = False
+        for hit in hits:
+            prov = custody.get(hit.get("turn_id", -1))
+            if prov is not None and prov.untrusted:
+                hit.update(unverified=True, origin=prov.label)
+                self.turn.observe(provenance=prov)
+                marked = True
+        return json.dumps(data, ensure_ascii=False) if marked else answer
 
     async def ahandle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
         return await asyncio.to_thread(self.handle_tool_call, name, args)
@@ -390,6 +550,7 @@ class Session:
             self.turn_number += 1
             self._memory_failures = 0
             turn = self.turn_number
+            self.turn = TurnCustody(session=self.id, user=self.user_id, user_message=user_message or "")
         manager = self.manager
         external, guard = manager.external, manager._guard
         if external is not None and guard is not None:
@@ -467,7 +628,12 @@ class Session:
         user, assistant = well_formed(user or ""), well_formed(assistant or "")
         manager = self.manager
         try:
-            manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
+            turn_id = manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
+            inputs = self.turn.inputs
+            if inputs:  # the reply was made after untrusted input: it is of that input's origin
+                first = inputs[0]
+                manager.builtin.custody.record_turn(turn_id, Provenance(
+                    first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs)))
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager._health["builtin"].fail("sync_turn", f"sync_turn could not index the turn: {exc}")

@@ -3,6 +3,11 @@
 Rendering is deterministic: the same files give the same bytes on any machine (no timestamps, no absolute
 paths, no dict-order surprises). Every entry is scanned; one that fails is replaced by ``[BLOCKED: <category>]``
 so the model never sees it but the user can still find and remove it.
+
+Every entry is a list item (``- ``) whose further lines are marked (:func:`~ironmem.core.fence.frame_record`),
+after the same neutralization as recalled text (:func:`~ironmem.core.fence.sanitize`): no line of an entry can
+stand at the start of a line as a role, a header, another entry, a section title or an end-of-memory marker,
+whatever a hand edit put in the file. Held (pending) writes are never here: they are not in the files.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 from .builtin.store import FileState, format_usage
 from .errors import InvalidArgumentError
-from .fence import sanitize
+from .fence import frame_record, sanitize
 from .security import ScanResult, scan
 
 __all__ = ["Snapshot", "render_cap", "render_entry", "render_snapshot"]
@@ -73,6 +78,11 @@ def render_cap(limit: int) -> int:
     return max(2 * limit, 4000)
 
 
+def _items(parts: Sequence[str]) -> str:
+    """Rendered entries as the snapshot's list: one item each, further lines marked."""
+    return "\n".join("- " + frame_record(part) for part in parts)
+
+
 def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
     """The entries as shown, capped at :func:`render_cap`: the first ~70% and the last ~20% of the budget are
     kept (whole entries where they fit; an entry too long for its part is cut), with a visible marker between
@@ -80,7 +90,7 @@ def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
     joined = len("\n§\n".join(entries))
     cap = render_cap(limit)
     if joined <= cap:
-        return "\n§\n".join(render_entry(e, target, i + 1) for i, e in enumerate(entries))
+        return _items([render_entry(e, target, i + 1) for i, e in enumerate(entries)])
     head_budget, tail_budget = int(cap * 0.7), int(cap * 0.2)
     head: list[tuple[int, str]] = []
     used = 0
@@ -114,7 +124,7 @@ def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
     )
     parts = [render_entry(text, target, i + 1) for i, text in head] + [marker]
     parts += [render_entry(text, target, i + 1) for i, text in tail]
-    return "\n§\n".join(parts)
+    return _items(parts)
 
 
 def render_snapshot(
