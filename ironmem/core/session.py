@@ -513,8 +513,13 @@ class Session:
                 marked = True
         return json.dumps(data, ensure_ascii=False) if marked else answer
 
-    async def ahandle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
-        return await asyncio.to_thread(self.handle_tool_call, name, args)
+    async def ahandle_tool_call(
+        self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            functools.partial(self.handle_tool_call, name, args, provenance=provenance, call_id=call_id)
+        )
 
     def _count_memory_failure(self, name: str, result: str) -> str:
         """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed ``memory`` calls in one turn, the next

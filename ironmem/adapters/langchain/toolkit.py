@@ -38,10 +38,12 @@ def make_memory_tool(schema: ToolSchema, resolve: SessionResolver) -> Structured
     name = schema.name
 
     def call(runtime: ToolRuntime = None, config: RunnableConfig = None, **arguments: Any) -> str:  # type: ignore[assignment]
-        return resolve(runtime, config).handle_tool_call(name, arguments)
+        # the tool-call id keeps a held write's id stable when LangGraph runs the call again (resume)
+        return resolve(runtime, config).handle_tool_call(name, arguments, call_id=getattr(runtime, "tool_call_id", None))
 
     async def acall(runtime: ToolRuntime = None, config: RunnableConfig = None, **arguments: Any) -> str:  # type: ignore[assignment]
-        return await resolve(runtime, config).ahandle_tool_call(name, arguments)
+        return await resolve(runtime, config).ahandle_tool_call(
+            name, arguments, call_id=getattr(runtime, "tool_call_id", None))
 
     call.__name__ = acall.__name__ = name
     return StructuredTool(
