@@ -304,7 +304,9 @@ class MemoryManager:
                 log.warning("system prompt block of %r dropped: %s", self.external.name, verdict.reason)
             elif block.strip():
                 blocks.append(sanitize(block))
-        return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled)
+        provenance = self.builtin.entry_provenance(states, scopes)
+        return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled,
+                               provenance=provenance, policy=self.builtin.policy)
 
     # -- writes from the built-in layer, mirrored out -------------------------------------------
     def _mirror_write(self, action: str, target: str, content: str) -> None:

@@ -13,14 +13,16 @@ whatever a hand edit put in the file. Held (pending) writes are never here: they
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .builtin.store import FileState, format_usage
 from .errors import InvalidArgumentError
 from .fence import frame_record, sanitize
-from .security import ScanResult, scan
+from .custody import Provenance
+from .security import ScanResult
+from .security.policy import Policy
 
 __all__ = ["Snapshot", "render_cap", "render_entry", "render_snapshot"]
 
@@ -37,10 +39,16 @@ def _first_category(verdict: ScanResult) -> str:
     return first.category
 
 
-def render_entry(entry: str, target: str, position: int) -> str:
-    """One entry as shown to the model: sanitized, or a BLOCKED marker when it fails the scan."""
-    verdict = scan(entry)
-    if verdict.blocked:
+_DEFAULT_POLICY = Policy()
+
+
+def render_entry(entry: str, target: str, position: int, *, provenance: Provenance | None = None,
+                 policy: Policy | None = None) -> str:
+    """One entry as shown to the model: sanitized, or a BLOCKED marker when the policy's re-scan hides it (an
+    entry of the user's own words only for hidden text or forged structure; see
+    :meth:`~ironmem.core.security.policy.Policy.snapshot_blocks`)."""
+    verdict = (policy or _DEFAULT_POLICY).snapshot_blocks(entry, provenance)
+    if verdict is not None:
         file_name = "MEMORY.md" if target == "memory" else "USER.md"
         return (
             f"[BLOCKED: {_first_category(verdict)}] (entry {position} of {file_name} failed the security scan "
@@ -83,14 +91,18 @@ def _items(parts: Sequence[str]) -> str:
     return "\n".join("- " + frame_record(part) for part in parts)
 
 
-def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
+Custody = Callable[[str, int], str]
+
+
+def _capped_body(entries: Sequence[str], target: str, limit: int, render: Custody | None = None) -> str:
     """The entries as shown, capped at :func:`render_cap`: the first ~70% and the last ~20% of the budget are
     kept (whole entries where they fit; an entry too long for its part is cut), with a visible marker between
     them saying how much was left out and how to get back under the limit. Only shown text is scanned."""
+    shown: Custody = render or (lambda text, position: render_entry(text, target, position))
     joined = len("\n§\n".join(entries))
     cap = render_cap(limit)
     if joined <= cap:
-        return _items([render_entry(e, target, i + 1) for i, e in enumerate(entries)])
+        return _items([shown(e, i + 1) for i, e in enumerate(entries)])
     head_budget, tail_budget = int(cap * 0.7), int(cap * 0.2)
     head: list[tuple[int, str]] = []
     used = 0
@@ -122,8 +134,8 @@ def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
         + f" not shown: {file_name} is over its limit ({joined:,}/{limit:,} chars). Consolidate with the memory "
         "tool (remove/replace) or edit the file; run `ironmem status` to see the sizes ...]"
     )
-    parts = [render_entry(text, target, i + 1) for i, text in head] + [marker]
-    parts += [render_entry(text, target, i + 1) for i, text in tail]
+    parts = [shown(text, i + 1) for i, text in head] + [marker]
+    parts += [shown(text, i + 1) for i, text in tail]
     return _items(parts)
 
 
@@ -133,6 +145,8 @@ def render_snapshot(
     external_blocks: Sequence[str] = (),
     *,
     enabled: dict[str, bool] | None = None,
+    provenance: dict[str, dict[str, Provenance]] | None = None,
+    policy: Policy | None = None,
 ) -> Snapshot:
     """Render the built-in files (and any external provider's static block) into one text.
 
@@ -155,7 +169,12 @@ def render_snapshot(
         elif not state.entries:
             body = "(empty)"
         else:
-            body = _capped_body(state.entries, target, limits[target])
+            known = (provenance or {}).get(target, {})
+
+            def render(text: str, position: int, target: str = target, known: dict[str, Provenance] = known) -> str:
+                return render_entry(text, target, position, provenance=known.get(text), policy=policy)
+
+            body = _capped_body(state.entries, target, limits[target], render)
         parts.append(f"{title}\n{body}")
     for block in external_blocks:
         block = block.strip()

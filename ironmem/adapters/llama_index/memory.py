@@ -52,6 +52,7 @@ from ._messages import (
     is_final_answer,
     message_key,
     role_of,
+    tool_results,
     strip_fence,
     text_of,
     with_fence,
@@ -372,11 +373,12 @@ class IronMemory(BaseMemory):
         """The frozen snapshot text sent as the first system message."""
         return self.state.session.system_prompt_block()
 
-    def tools(self) -> list[Any]:
-        """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas)."""
+    def tools(self, approval: str = "queue") -> list[Any]:
+        """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas).
+        ``approval="interrupt"``: a held write asks the human in the workflow (see ``IronMemoryToolSpec``)."""
         from .tools import IronMemoryToolSpec
 
-        return IronMemoryToolSpec(self.state.session).to_tool_list()
+        return IronMemoryToolSpec(self.state.session, approval=approval).to_tool_list()  # type: ignore[arg-type]
 
     def close(self) -> None:
         """End the session (drains queued syncs) and release the handle.
@@ -477,6 +479,8 @@ class IronMemory(BaseMemory):
         current: tuple[str, str, bool] | None,
     ) -> list[ChatMessage]:
         state = self.state
+        for name, text in tool_results(messages):  # custody: tool output in the context taints the turn
+            state.session.observe(text, origin="tool", source=name)
         out = [ChatMessage(role=MessageRole.SYSTEM, content=state.session.system_prompt_block())]
         # The history a memory returns may be a suffix of everything (old messages archived) and may hold
         # extra messages (memory blocks): pair user messages from the end.

@@ -421,6 +421,16 @@ class BuiltinMemoryProvider(MemoryProvider):
                 except Exception as exc:  # the write landed; a lost record reads as a hand edit later
                     log.error("could not record the provenance of a %s entry: %s", op.target, exc)
 
+    def entry_provenance(self, states: dict[str, FileState], scopes: dict[str, str]) -> dict[str, dict[str, Provenance]]:
+        """The recorded provenance of the entries in ``states`` by target (what the snapshot's re-scan judges)."""
+        out: dict[str, dict[str, Provenance]] = {}
+        for target, state in states.items():
+            try:
+                out[target] = self.custody.entry_provenance(normalize_scope(scopes.get(target)), target, state.entries)
+            except Exception as exc:  # unknown custody: every entry is re-scanned as a hand edit
+                log.warning("could not read the provenance of %s entries: %s", target, exc)
+        return out
+
     def stage(self, operations: list[Operation], *, scopes: dict[str, str] | None, batch: bool,
               provenance: Provenance, key: str | None = None) -> PendingWrite:
         """Hold a write for approval (outside MEMORY.md / USER.md). ``key`` makes the id deterministic."""

@@ -192,6 +192,18 @@ class Policy:
                    f"written after untrusted input entered the turn ({', '.join(provenance.inputs) or provenance.label})")
         return Decision(verdict, why, result)
 
+    def snapshot_blocks(self, text: str, provenance: Provenance | None) -> ScanResult | None:
+        """The scan that hides a stored entry from the snapshot, or None when it is shown. Every entry is
+        re-scanned (a hand edit too); the user's own words (and approved writes) are hidden only for hidden text
+        or forged structure, as at write time."""
+        rule = self.rule(provenance) if provenance is not None else self.table[Origin.HAND_EDIT]
+        result = scan(text)
+        if not result.blocked:
+            return None
+        if rule.scan == "structural" and not any(c in STRUCTURAL for c in result.categories):
+            return None
+        return result
+
     def recall_verdict(self, provenance: Provenance) -> Verdict:
         """How a held write, a past reply or an external result of ``provenance`` shows in the fence."""
         verdict = self.rule(provenance).recall
