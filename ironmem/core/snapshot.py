@@ -45,7 +45,7 @@ _DEFAULT_POLICY = Policy()
 def render_entry(entry: str, target: str, position: int, *, provenance: Provenance | None = None,
                  policy: Policy | None = None) -> str:
     """One entry as shown to the model: sanitized, or a BLOCKED marker when the policy's re-scan hides it (an
-    entry of the user's own words only for hidden text or forged structure; see
+    entry of the user's own words only for hidden text; see
     :meth:`~ironmem.core.security.policy.Policy.snapshot_blocks`)."""
     verdict = (policy or _DEFAULT_POLICY).snapshot_blocks(entry, provenance)
     if verdict is not None:

@@ -445,8 +445,8 @@ class BuiltinMemoryProvider(MemoryProvider):
         return self.custody.pending(status=status)
 
     def approve(self, pending_id: str, *, by: str = "user", edited: dict[str, Any] | None = None) -> PendingWrite:
-        """Apply a held write as a normal write (judged as the user's own words: only hidden text or forged
-        structure still refuse it). Raises :class:`~ironmem.core.errors.PendingWriteError` for an unknown or
+        """Apply a held write as a normal write (judged as the user's own words: only hidden text
+        still refuses it). Raises :class:`~ironmem.core.errors.PendingWriteError` for an unknown or
         decided id, OperationError when it cannot apply (it stays pending)."""
         if edited is not None:
             probe = PendingWrite("edit", dict(edited), {}, Provenance(Origin.USER), 0.0)

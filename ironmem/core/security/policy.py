@@ -8,7 +8,7 @@ Default table (``DEFAULT_TABLE``):
 ==============  =======  ============  ============================================================
 origin          write    recall        the scanner refuses a write when
 ==============  =======  ============  ============================================================
-user            allow    allow         it finds hidden text or forged structure (``STRUCTURAL``)
+user            allow    allow         it finds hidden text (``STRUCTURAL``); forged structure is neutralized
 assistant       allow    allow         it blocks (a clean turn: only trusted text was in context)
 tool            hold     label         it blocks (else the write waits for approval)
 document        hold     label         it blocks
@@ -65,11 +65,13 @@ class Verdict(str, Enum):
         return self.value
 
 
-#: The scanner categories that mean hidden text or forged structure: the only findings that refuse the user's own
-#: words (whatever the words say, the user typed them; what they cannot do is hide text or forge a boundary).
-STRUCTURAL = frozenset(
-    {"invisible_text", "unicode_tags", "homoglyph", "fence_forgery", "tool_call_forgery", "encoded_instructions"}
-)
+#: The scanner categories that mean text the user could not see when they typed (or pasted) it: invisible or
+#: bidi characters, Unicode tag characters, look-alike spellings, encoded payloads. These are the only findings
+#: that refuse the user's own words: whatever the words say, the user said them. Forged structure (a fence tag, a
+#: chat-template token, a role line) is NOT among them: every snapshot entry and recalled record is neutralized by
+#: construction (:func:`~ironmem.core.fence.sanitize`, :func:`~ironmem.core.fence.frame_record`), so a tokenizer
+#: note that mentions ``<|im_start|>`` is stored and shown with the token neutralized instead of being lost.
+STRUCTURAL = frozenset({"invisible_text", "unicode_tags", "homoglyph", "encoded_instructions"})
 
 ScanGate = Literal["structural", "blocked", "never"]
 
@@ -185,7 +187,7 @@ class Policy:
                 return Decision(Verdict.REFUSE, f"refused by the security scan ({result.reason})", result)
             structural = [c for c in result.categories if c in STRUCTURAL]
             if structural:
-                return Decision(Verdict.REFUSE, f"hidden text or forged structure ({', '.join(structural)})", result)
+                return Decision(Verdict.REFUSE, f"hidden text ({', '.join(structural)})", result)
         why = f"{provenance.label}: {verdict.value}"
         if verdict is Verdict.HOLD:
             why = ("memory.write_approval is on" if rule.write is Verdict.ALLOW else
@@ -194,8 +196,8 @@ class Policy:
 
     def snapshot_blocks(self, text: str, provenance: Provenance | None) -> ScanResult | None:
         """The scan that hides a stored entry from the snapshot, or None when it is shown. Every entry is
-        re-scanned (a hand edit too); the user's own words (and approved writes) are hidden only for hidden text
-        or forged structure, as at write time."""
+        re-scanned (a hand edit too); the user's own words (and approved writes) are hidden only for hidden text,
+        as at write time."""
         rule = self.rule(provenance) if provenance is not None else self.table[Origin.HAND_EDIT]
         result = scan(text)
         if not result.blocked:
