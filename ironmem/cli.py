@@ -853,6 +853,8 @@ def _demo_home(home: str | None) -> Path:
     location.require_writable("`ironmem demo`")
     return path
 
+__import__("ironmem.commands.custody", fromlist=["register"]).register(app)  # review, audit (docs/custody.md)
+
 
 # --------------------------------------------------------------------------------------------------
 # entry point

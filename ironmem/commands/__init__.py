@@ -1,0 +1,1 @@
+"""Commands of the ``ironmem`` CLI contributed by feature modules (each exposes ``register(app)``)."""
