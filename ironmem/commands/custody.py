@@ -54,9 +54,24 @@ def _planted_by(row: dict[str, Any], source: str) -> bool:
     return any(label == source or label.split(" ", 1)[-1] == source for label in labels)
 
 
+def _cli_of(app: typer.Typer) -> Any:
+    """The CLI module that owns ``app`` (``__main__`` under ``python -m ironmem.cli``, else ``ironmem.cli``): its
+    helpers must be the same objects as the app's, or its global options would not be recognized."""
+    import sys
+
+    for name in ("__main__", "ironmem.cli"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "app", None) is app:
+            return module
+    from .. import cli
+
+    return cli
+
+
 def register(app: typer.Typer) -> None:
     """Add ``review`` and ``audit`` to the ``ironmem`` command."""
-    from ..cli import _HOME_OPTION
+    cli = _cli_of(app)
+    _HOME_OPTION = cli._HOME_OPTION
 
     @app.command()
     def review(
@@ -73,7 +88,8 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        from ..cli import CLIError, _console, _echo_json, _manager, _opts, _visible
+        CLIError, _console, _echo_json, _manager, _opts, _visible = (
+            cli.CLIError, cli._console, cli._echo_json, cli._manager, cli._opts, cli._visible)
         from ..core.errors import IronMemError, OperationError
 
         opts = _opts(ctx, home)
@@ -132,7 +148,8 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        from ..cli import CLIError, _console, _echo_json, _manager, _opts, _visible
+        CLIError, _console, _echo_json, _manager, _opts, _visible = (
+            cli.CLIError, cli._console, cli._echo_json, cli._manager, cli._opts, cli._visible)
         from ..core.builtin.tools import Operation
         from ..core.custody import Origin, Provenance
 
