@@ -259,6 +259,7 @@ class _Timed:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.spent = 0.0
+        self.by_method: dict[str, list[float]] = {}
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self.inner, name)
@@ -270,7 +271,9 @@ class _Timed:
             try:
                 return found(*args, **kwargs)
             finally:
-                self.spent += time.perf_counter() - start
+                took = time.perf_counter() - start
+                self.spent += took
+                self.by_method.setdefault(name, []).append(took * 1000)
 
         return timed
 
@@ -311,8 +314,9 @@ def overhead(storage: str | None, turns: int) -> dict[str, float]:
             per_turn.append((timed.spent + observe_s) * 1000)
     manager.close()
     per_turn.sort()
+    calls = {name: round(statistics.median(times), 3) for name, times in timed.by_method.items()}
     return {"p50_ms": statistics.median(per_turn), "p95_ms": per_turn[int(0.95 * (len(per_turn) - 1))],
-            "turns": len(per_turn)}
+            "turns": len(per_turn), "p50_ms_per_call": calls}
 
 
 def framing_cost() -> dict[str, Any]:
@@ -372,6 +376,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a third of the data, fewer overhead turns")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL overhead run")
+    parser.add_argument("--overhead-only", action="store_true", help="only the per-turn overhead and framing cost")
     parser.add_argument("--json", default="custody", help="name of the result file in benchmarks/results/")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -384,7 +389,7 @@ def main() -> None:
     runs = [("langchain", lambda h: run_langchain(h, attacks, benign, None)),
             ("llama_index", lambda h: run_llama_index(h, attacks, benign)),
             ("scanner alone (peer, langchain)", lambda h: run_langchain(h, attacks, benign, scanner_only_policy()))]
-    for name, run in runs:
+    for name, run in [] if args.overhead_only else runs:
         home = Path(tempfile.mkdtemp(prefix="ironmem-custody-bench-"))
         start = time.perf_counter()
         run(home)
@@ -421,6 +426,9 @@ def main() -> None:
             rows.append(["PostgreSQL", f"{pg['p50_ms']:.3f}", f"{pg['p95_ms']:.3f}"])
             report["overhead_postgres"] = pg
     print(table(["storage", "p50 ms", "p95 ms"], rows))
+    for key in ("overhead_files", "overhead_postgres"):
+        if key in report:
+            print(f"{key}: p50 per call (ms) {report[key]['p50_ms_per_call']}")
     write_json(args.json, report)
 
 

@@ -286,7 +286,7 @@ class Session:
             )
             origin = Provenance(Origin.EXTERNAL, external.name)
             external_items = [RecallItem(external.name, clip(text), provenance=origin) for text in as_items(found)]
-        history: list[RecallItem] = []
+        hits: list[Any] = []
         if budget.items:
             try:
                 # Over-fetch: items the scan drops or that repeat another source's are replaced by the next best.
@@ -297,10 +297,11 @@ class Session:
             except Exception as exc:  # the index is local; still, a recall failure must not break the turn
                 log.warning("built-in recall failed: %s", exc)
                 hits = []
-            turns = self._turn_custody([hit.turn_id for hit in hits if hit.turn_id is not None])
-            history = [RecallItem("history", clip(hit.text), date=hit.date, provenance=turns.get(hit.turn_id or -1))
-                       for hit in hits]
-        candidates = self._held_items(user_message) + _interleave(external_items, history)
+        turns, held = (self._recall_custody([hit.turn_id for hit in hits if hit.turn_id is not None])
+                       if budget.items else ({}, []))
+        history = [RecallItem("history", clip(hit.text), date=hit.date, provenance=turns.get(hit.turn_id or -1))
+                   for hit in hits]
+        candidates = self._held_items(user_message, held) + _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
         kept = [self._custody_of(item) for item in kept]
         kept = [item for item in kept if item is not None]
@@ -321,17 +322,22 @@ class Session:
             unknown = Provenance(Origin.EXTERNAL, "unknown (custody unavailable)")
             return {i: unknown for i in turn_ids}
 
-    def _held_items(self, query: str) -> list[RecallItem]:
-        """Held writes of this session's files that concern ``query`` (or were made in this session), as items
-        labelled with their origin; none when the policy hides held writes."""
+    def _recall_custody(self, turn_ids: list[int]) -> tuple[dict[int, Provenance], list[PendingWrite]]:
+        """The provenance of recalled turns and the held writes recall may show, in one call to the store."""
         builtin = self.manager.builtin
-        if builtin.policy.held_recall == "hide":
-            return []
+        held = 0 if builtin.policy.held_recall == "hide" else 200
+        if not turn_ids and not held:
+            return {}, []
         try:
-            held = builtin.custody.pending(limit=200)
-        except Exception as exc:
-            log.warning("could not read held writes: %s", exc)
-            return []
+            return builtin.custody.recall_custody(turn_ids, held=held)
+        except Exception as exc:  # unknown custody is not trusted: the turns are labelled as unverified
+            log.warning("could not read custody for recall: %s", exc)
+            unknown = Provenance(Origin.EXTERNAL, "unknown (custody unavailable)")
+            return {i: unknown for i in turn_ids}, []
+
+    def _held_items(self, query: str, held: list[PendingWrite]) -> list[RecallItem]:
+        """Held writes of this session's files that concern ``query`` (or were made in this session), as items
+        labelled with their origin."""
         words = _words(query)
         out: list[RecallItem] = []
         for pending in reversed(held):  # newest first

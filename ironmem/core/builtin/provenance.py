@@ -216,6 +216,12 @@ class ProvenanceStore(ABC):
     def turn_provenance(self, turn_ids: Iterable[int]) -> dict[int, Provenance]:
         """The recorded provenance of the turns that have one (turns without one are clean)."""
 
+    def recall_custody(self, turn_ids: Iterable[int], *, held: int = 200) -> tuple[dict[int, Provenance],
+                                                                                  list[PendingWrite]]:
+        """What a prefetch needs, in one call: the provenance of recalled turns and up to ``held`` pending
+        writes (a backend over the network answers both in one round trip)."""
+        return self.turn_provenance(turn_ids), (self.pending(limit=held) if held else [])
+
     # -- pending writes -------------------------------------------------------------------------
     @abstractmethod
     def stage(self, pending: PendingWrite) -> PendingWrite:
@@ -495,6 +501,21 @@ class PostgresProvenance(ProvenanceStore):
             return {int(i): Provenance.from_dict(d) for i, d in rows}
 
         result: dict[int, Provenance] = self._run("reading turn provenance", query, "")
+        return result
+
+    def recall_custody(self, turn_ids: Iterable[int], *, held: int = 200) -> tuple[dict[int, Provenance],
+                                                                                  list[PendingWrite]]:
+        ids = [int(i) for i in turn_ids]
+
+        def query(conn: Any) -> tuple[dict[int, Provenance], list[PendingWrite]]:
+            rows = conn.execute(
+                f"SELECT 't', turn_id::text, data FROM {self.s}.custody_turns WHERE turn_id = ANY(%s) UNION ALL "
+                f"(SELECT 'p', id, data FROM {self.s}.custody_pending WHERE status = 'pending' "
+                "ORDER BY created, id LIMIT %s)", (ids, int(held))).fetchall()
+            turns = {int(key): Provenance.from_dict(data) for kind, key, data in rows if kind == "t"}
+            return turns, [PendingWrite.from_dict(data) for kind, _, data in rows if kind == "p"]
+
+        result: tuple[dict[int, Provenance], list[PendingWrite]] = self._run("reading custody for recall", query, "")
         return result
 
     def stage(self, pending: PendingWrite) -> PendingWrite:
