@@ -93,7 +93,8 @@ def parse_decision(value: Any) -> tuple[str, dict[str, Any] | None, str]:
         return _WORDS[value.strip().lower()], None, ""
     if isinstance(value, dict):
         kind = value.get("type")
-        message = value.get("message") if isinstance(value.get("message"), str) else ""
+        found = value.get("message")
+        message = found if isinstance(found, str) else ""
         if kind == "approve":
             return "approve", None, ""
         if kind in ("reject", "respond"):

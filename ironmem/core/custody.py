@@ -37,7 +37,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from .errors import InvalidArgumentError
@@ -45,7 +45,7 @@ from .errors import InvalidArgumentError
 __all__ = ["UNTRUSTED", "Origin", "Provenance", "TurnCustody", "text_key"]
 
 
-class Origin(str, Enum):
+class Origin(StrEnum):
     """Who produced a text. A ``str`` enum: ``Origin("tool") is Origin.TOOL``; Hermes's names are accepted.
 
     Example:
@@ -83,9 +83,6 @@ class Origin(str, Enum):
             raise InvalidArgumentError(
                 f"unknown origin {value!r}; use one of {names} (Hermes's foreground / background_review too)"
             ) from None
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Other projects' names for the same origins (Hermes's write origins; common synonyms).

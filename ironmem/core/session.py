@@ -303,8 +303,7 @@ class Session:
                    for hit in hits]
         candidates = self._held_items(user_message, held) + _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
-        kept = [self._custody_of(item) for item in kept]
-        kept = [item for item in kept if item is not None]
+        kept = [shown for item in kept if (shown := self._custody_of(item)) is not None]
         with self._lock:
             kept = [self._mark_repeat(item) for item in kept]
         recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))

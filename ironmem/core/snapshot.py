@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .builtin.store import FileState, format_usage
+from .custody import Provenance
 from .errors import InvalidArgumentError
 from .fence import frame_record, sanitize
-from .custody import Provenance
 from .security import ScanResult
 from .security.policy import Policy
 
@@ -98,11 +98,11 @@ def _capped_body(entries: Sequence[str], target: str, limit: int, render: Custod
     """The entries as shown, capped at :func:`render_cap`: the first ~70% and the last ~20% of the budget are
     kept (whole entries where they fit; an entry too long for its part is cut), with a visible marker between
     them saying how much was left out and how to get back under the limit. Only shown text is scanned."""
-    shown: Custody = render or (lambda text, position: render_entry(text, target, position))
+    show_entry: Custody = render or (lambda text, position: render_entry(text, target, position))
     joined = len("\n§\n".join(entries))
     cap = render_cap(limit)
     if joined <= cap:
-        return _items([shown(e, i + 1) for i, e in enumerate(entries)])
+        return _items([show_entry(e, i + 1) for i, e in enumerate(entries)])
     head_budget, tail_budget = int(cap * 0.7), int(cap * 0.2)
     head: list[tuple[int, str]] = []
     used = 0
@@ -134,8 +134,8 @@ def _capped_body(entries: Sequence[str], target: str, limit: int, render: Custod
         + f" not shown: {file_name} is over its limit ({joined:,}/{limit:,} chars). Consolidate with the memory "
         "tool (remove/replace) or edit the file; run `ironmem status` to see the sizes ...]"
     )
-    parts = [shown(text, i + 1) for i, text in head] + [marker]
-    parts += [shown(text, i + 1) for i, text in tail]
+    parts = [show_entry(text, i + 1) for i, text in head] + [marker]
+    parts += [show_entry(text, i + 1) for i, text in tail]
     return _items(parts)
 
 

@@ -45,15 +45,22 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
     ToolCallRequest,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
+from ...core.approval import ApprovalPolicy, approval_request, resolve_approval, staged_id
 from ...core.manager import MemoryManager
 from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence, recall_text
-from ...core.approval import ApprovalPolicy, approval_request, resolve_approval, staged_id
 from ...core.session import Session
 from ._sessions import SessionRegistry, thread_id_from_config, user_id_from
 from .toolkit import make_memory_tool

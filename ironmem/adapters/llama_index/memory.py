@@ -52,9 +52,9 @@ from ._messages import (
     is_final_answer,
     message_key,
     role_of,
-    tool_results,
     strip_fence,
     text_of,
+    tool_results,
     with_fence,
 )
 

@@ -20,12 +20,11 @@ from llama_index.core.tools.tool_spec.base import BaseToolSpec
 from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
 
 from ...core.approval import ApprovalPolicy, approval_request, resolve_approval, staged_id
-from ._messages import tool_results
-
 from ...core.errors import ArgumentTypeError, InvalidArgumentError
 from ...core.manager import MemoryManager
 from ...core.provider import ToolSchema
 from ...core.session import Session
+from ._messages import tool_results
 
 __all__ = ["IronMemoryToolSpec", "SchemaToolMetadata", "memory_tools"]
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -53,16 +53,13 @@ from .scanner import scan
 __all__ = ["DEFAULT_TABLE", "STRUCTURAL", "Decision", "Policy", "Rule", "Verdict", "write_approval_enabled"]
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """What the policy does with a text of one origin for one action."""
 
     ALLOW = "allow"
     LABEL = "label"
     HOLD = "hold"
     REFUSE = "refuse"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: The scanner categories that mean text the user could not see when they typed (or pasted) it: invisible or
@@ -147,7 +144,7 @@ class Policy:
 
     table: Mapping[Origin, Rule] = field(default_factory=lambda: DEFAULT_TABLE)
     trusted_tools: frozenset[str] = frozenset()
-    write_approval: bool = False
+    write_approval: bool | str = False
     held_recall: Literal["label", "hide"] = "label"
 
     def __post_init__(self) -> None:
