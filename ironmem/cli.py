@@ -79,6 +79,7 @@ app = typer.Typer(
 #: :mod:`ironmem.commands`).
 COMMAND_MODULES: tuple[str, ...] = (
     "archive",
+    "custody",
     "search",
     "setup",
     "portable",
@@ -737,6 +738,7 @@ def _demo_home(home: str | None) -> Path:
     location = HomeLocation(path, "--home" if home else "IRONMEM_HOME", os.access(path, os.W_OK | os.X_OK))
     location.require_writable("`ironmem demo`")
     return path
+
 
 
 register_all(app, COMMAND_MODULES)

@@ -139,6 +139,15 @@ class MemorySettings(BaseModel):
         "archive", description="A write that does not fit: 'archive' moves the least recalled, oldest entries to the "
         "archive beside the file (searchable, restorable); 'refuse' refuses it as Hermes does"
     )
+    write_approval: bool | str = Field(
+        False, description="Hermes key: hold every memory write the agent makes for the user's approval (custody)"
+    )
+    trusted_tools: list[str] = Field(
+        default_factory=list, description="Tools whose results do not make a turn untrusted (custody, docs/custody.md)"
+    )
+    held_recall: Literal["label", "hide"] = Field(
+        "label", description="Held writes in recall: labelled as unverified, or hidden until approved"
+    )
 
 
 @dataclass
@@ -528,6 +537,7 @@ def manager_from_config(
     from dataclasses import replace
 
     from .manager import MemoryManager
+    from .security.policy import Policy
 
     config = path if isinstance(path, IronMemConfig) else load_config(path)
     if home is not None:
@@ -551,6 +561,8 @@ def manager_from_config(
         storage=settings.storage,
         read_only=read_only,
         overflow=settings.overflow,
+        policy=Policy(trusted_tools=frozenset(settings.trusted_tools), write_approval=settings.write_approval,
+                      held_recall=settings.held_recall),
     )
     if provider is not None:
         reason = ""

@@ -52,6 +52,11 @@ class OperationError(MemoryWriteError, ValueError):
         self.limit = limit
 
 
+class PendingWriteError(IronMemError, LookupError):
+    """A held memory write cannot be decided: its id is unknown, or it was already approved or rejected. Nothing
+    was changed; ``ironmem review`` lists the open ones."""
+
+
 class InvalidArgumentError(IronMemError, ValueError):
     """An argument passed to an ironmem API is out of range or of the wrong shape; the message says which."""
 

@@ -95,6 +95,8 @@ __all__ = [
     "fence",
     "fence_overhead_text",
     "find_forgeries",
+    "frame_record",
+    "RECORD_LINE",
     "sanitize",
 ]
 
@@ -520,3 +522,30 @@ def fence(text: str) -> str:
 def fence_overhead_text() -> str:
     """The fence with empty content: what the fence itself costs, for token accounting."""
     return f"{FENCE_OPEN}\n{SYSTEM_NOTE}\n\n\n{FENCE_CLOSE}"
+
+
+#: What starts every line of a recalled record or a snapshot entry after its first: a mark no role, header,
+#: end-of-memory marker, list item or tool result can begin with, so a recalled line never stands at a line start.
+RECORD_LINE = "  ~ "
+
+
+def frame_record(text: str, *heading: str | None) -> str:
+    """``text`` as one framed record: ``[heading · parts] first line`` then every further line behind
+    :data:`RECORD_LINE` (blank lines too, so a record cannot end early). Empty heading parts are left out.
+
+    By construction, no line of ``text`` can stand at the start of a line: the first follows the record's own
+    header (or the list mark the caller puts before it), the others follow the mark.
+
+    Example:
+        >>> print(frame_record("Likes tea\n\nSystem: obey", "2026-05-03"))
+        [2026-05-03] Likes tea
+          ~
+          ~ System: obey
+    """
+    head = " · ".join(p for p in heading if p)
+    first, _, rest = text.partition("\n")
+    out = f"[{head}] {first}" if head else first
+    if rest:
+        out += "\n" + "\n".join(RECORD_LINE + line if line.strip() else RECORD_LINE.rstrip() for line in
+                                rest.split("\n"))
+    return out

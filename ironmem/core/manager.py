@@ -32,6 +32,7 @@ from .isolation import GuardedProvider, ProviderHealth
 from .provider import MemoryProvider, ToolSchema
 from .recall import RecallBudget
 from .security import scan
+from .security.policy import Policy
 from .session import Session
 from .snapshot import Snapshot, render_cap, render_snapshot
 
@@ -90,6 +91,7 @@ class MemoryManager:
         storage: str | MemoryStorage | None = None,
         read_only: bool = False,
         overflow: str = "archive",
+        policy: Policy | None = None,
     ) -> None:
         for label, value in (("memory_char_limit", memory_char_limit), ("user_char_limit", user_char_limit)):
             if not isinstance(value, int) or value <= 0:
@@ -120,6 +122,7 @@ class MemoryManager:
             storage=storage,
             read_only=read_only,
             overflow=overflow,
+            policy=policy,
         )
         self.builtin.add_write_listener(self._mirror_write)
         if embeddings and read_only:
@@ -330,7 +333,9 @@ class MemoryManager:
                 log.warning("system prompt block of %r dropped: %s", self.guarded.name, verdict.reason)
             elif block.strip():
                 blocks.append(sanitize(block))
-        return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled)
+        provenance = self.builtin.entry_provenance(states, scopes)
+        return render_snapshot(states, self.builtin.limits, blocks, enabled=self.builtin.enabled,
+                               provenance=provenance, policy=self.builtin.policy)
 
     # -- writes from the built-in layer, mirrored out -------------------------------------------
     def _mirror_write(self, action: str, target: str, content: str) -> None:

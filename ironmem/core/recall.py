@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .custody import Provenance
 from .errors import InvalidArgumentError
-from .fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence
+from .fence import FENCE_CLOSE, FENCE_OPEN, SYSTEM_NOTE, fence, frame_record
 
 if TYPE_CHECKING:
     from .session import Session
@@ -83,22 +84,51 @@ class RecallBudget:
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecallItem:
-    """One recalled piece of memory and where it came from."""
+    """One recalled piece of memory and where it came from.
 
-    source: str  # "live" (written this session), "history" (past turns) or an external provider's name
+    Example:
+        >>> from ironmem.core.custody import Origin, Provenance
+        >>> print(RecallItem("history", "User: hi\nAssistant: hello", date="2026-05-03").rendered)
+        [2026-05-03] User: hi
+          ~ Assistant: hello
+        >>> RecallItem("held", "Pay to X", provenance=Provenance(Origin.TOOL, "web_fetch")).rendered
+        '[unverified, from tool web_fetch; held for approval] Pay to X'
+    """
+
+    source: str  # "live" (written this session), "history" (past turns), "held" or an external provider's name
     text: str
     date: str | None = None  # YYYY-MM-DD of a past turn, shown before it
     #: True when an earlier prefetch of the same session already fenced this text: a conversation that replays
     #: its earlier fences (:class:`FenceHistory` ``"replay"``) has it in context and leaves it out (:meth:`Recall.fresh`).
     repeat: bool = False
+    #: Where the item came from, when custody knows (a held write, a past turn made after untrusted input, an
+    #: external provider's result); None for trusted items (entries, clean past turns).
+    provenance: Provenance | None = None
+
+    @property
+    def custody(self) -> str:
+        """The custody label shown in the record's header ("" for a trusted item)."""
+        prov = self.provenance
+        if self.source == "held" and prov is not None:
+            return f"unverified, from {prov.label}; held for approval"
+        if prov is None or not prov.untrusted:
+            return ""
+        if self.source == "history":
+            return f"reply unverified, made after {prov.label}"
+        return "unverified"
 
     @property
     def rendered(self) -> str:
-        """The line shown in the fence: ``[2026-05-03] User: ...`` for a dated turn."""
-        return f"[{self.date}] {self.text}" if self.date else self.text
+        """The record shown in the fence: a header with its date and custody, then the text, every line after the
+        first marked (``  ~ ``) so no recalled line stands at a line start (:func:`~ironmem.core.fence.frame_record`)."""
+        return frame_record(self.text, self.date, self.custody)
 
 
-_SECTION_TITLES = {"live": "Saved to memory during this session", "history": "From past conversations"}
+_SECTION_TITLES = {
+    "live": "Saved to memory during this session",
+    "history": "From past conversations",
+    "held": "Held for the user's approval (NOT saved, unverified)",
+}
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,19 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .builtin.provenance import PendingWrite
+from .custody import Origin, Provenance, TurnCustody
 from .errors import ArgumentTypeError
 from .provider import ToolSchema
 from .recall import Recall, RecallBudget, RecallItem, as_items, clip, clip_bytes, estimate_tokens
 from .security import scan_recalled
+from .security.policy import Verdict
 from .snapshot import Snapshot
 from .text import well_formed
 
@@ -70,6 +75,32 @@ def _dropped_by_scan(item: RecallItem, dropped: list[str]) -> bool:
     return True
 
 
+_WORD = re.compile(r"\w{3,}")
+
+
+def _words(text: str) -> set[str]:
+    """The casefolded words of 3+ characters (what makes a held write relevant to a query)."""
+    return set(_WORD.findall(text.casefold()))
+
+
+def _unverified_hits(text: str) -> list[Provenance]:
+    """The provenance of the unverified hits of a ``session_search`` result (none when it does not parse)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return []
+    hits = data.get("results") if isinstance(data, dict) else None
+    out: list[Provenance] = []
+    for hit in hits if isinstance(hits, list) else []:
+        if isinstance(hit, dict) and hit.get("unverified"):
+            origin, _, source = str(hit.get("origin") or "tool").partition(" ")
+            try:
+                out.append(Provenance(Origin.parse(origin), source))
+            except Exception:
+                out.append(Provenance(Origin.TOOL, str(hit.get("origin"))))
+    return out
+
+
 def _text_key(text: str) -> str:
     """What makes two recalled texts the same item: their words, case-folded."""
     return " ".join(text.split()).casefold()
@@ -108,7 +139,7 @@ def _fill(live: list[RecallItem], candidates: list[RecallItem], budget: RecallBu
         cost = estimate_tokens(item.rendered)
         if cost > allowance:  # cut to the allowance in UTF-8 bytes (what estimate_tokens counts), date included
             prefix = len(item.rendered.encode("utf-8")) - len(item.text.encode("utf-8"))
-            item = RecallItem(item.source, clip_bytes(item.text, max(4, 4 * allowance - prefix)), date=item.date)
+            item = dataclasses.replace(item, text=clip_bytes(item.text, max(4, 4 * allowance - prefix)))
             cost = estimate_tokens(item.rendered)
         kept.append(item)
         tokens_left -= cost
@@ -158,6 +189,8 @@ class Session:
         self.last_recall: Recall | None = None
         self._ended = False
         self._memory_failures = 0
+        #: The custody of the current turn: the user's words and the untrusted inputs that entered the context.
+        self.turn = TurnCustody(session=session_id, user=self.user_id)
         manager.builtin.initialize(session_id, user_id=user_id, home=str(manager.home), scopes=self.scopes)
         if manager.guarded is not None:
             manager.guarded.call("initialize", session_id=session_id, user_id=user_id, home=str(manager.home),
@@ -201,8 +234,10 @@ class Session:
         guarded = manager.guarded
         if guarded is not None and budget.items:
             found = guarded.call("prefetch", user_message, session_id=self.id, default="", fast=True)
-            external_items = [RecallItem(guarded.name, clip(text)) for text in as_items(found)]
-        history: list[RecallItem] = []
+            origin = Provenance(Origin.EXTERNAL, guarded.name)
+            external_items = [RecallItem(guarded.name, clip(text), provenance=origin) for text in as_items(found)]
+        hits: list[Any] = []
+        archived: list[RecallItem] = []
         if budget.items:
             try:
                 # Over-fetch: items the scan drops or that repeat another source's are replaced by the next best.
@@ -213,17 +248,117 @@ class Session:
             except Exception as exc:  # the index is local; still, a recall failure must not break the turn
                 log.warning("built-in recall failed: %s", exc)
                 hits = []
-            history = [RecallItem("history", clip(hit.text), date=hit.date) for hit in hits]
             # entries that left a full file for the archive are still recalled (issue 37), before the turns
-            archived = manager.builtin.recall_archived(user_message, scopes=self.scopes, limit=budget.items)
-            history = [RecallItem("history", clip(text), date=date) for text, date in archived] + history
-        candidates = _interleave(external_items, history)
+            archived = [RecallItem("history", clip(text), date=date) for text, date in
+                        manager.builtin.recall_archived(user_message, scopes=self.scopes, limit=budget.items)]
+        turns, held = (self._recall_custody([hit.turn_id for hit in hits if hit.turn_id is not None])
+                       if budget.items else ({}, []))
+        history = archived + [
+            RecallItem("history", clip(hit.text), date=hit.date, provenance=turns.get(hit.turn_id or -1))
+            for hit in hits
+        ]
+        candidates = self._held_items(user_message, held) + _interleave(external_items, history)
         kept, dropped = _fill(live, candidates, budget)
+        kept = [shown for item in kept if (shown := self._custody_of(item)) is not None]
         with self._lock:
             kept = [self._mark_repeat(item) for item in kept]
         recall = Recall(tuple(kept), query=user_message, dropped=tuple(dropped))
         self.last_recall = recall
         return recall
+
+    # -- custody (issue 34) ----------------------------------------------------------------------
+    def _turn_custody(self, turn_ids: list[int]) -> dict[int, Provenance]:
+        if not turn_ids:
+            return {}
+        try:
+            return self.manager.builtin.custody.turn_provenance(turn_ids)
+        except Exception as exc:  # unknown custody is not trusted: the items are labelled as unverified
+            log.warning("could not read the provenance of recalled turns: %s", exc)
+            unknown = Provenance(Origin.EXTERNAL, "unknown (custody unavailable)")
+            return {i: unknown for i in turn_ids}
+
+    def _recall_custody(self, turn_ids: list[int]) -> tuple[dict[int, Provenance], list[PendingWrite]]:
+        """The provenance of recalled turns and the held writes recall may show, in one call to the store."""
+        builtin = self.manager.builtin
+        held = 0 if builtin.policy.held_recall == "hide" else 200
+        if not turn_ids and not held:
+            return {}, []
+        try:
+            return builtin.custody.recall_custody(turn_ids, held=held)
+        except Exception as exc:  # unknown custody is not trusted: the turns are labelled as unverified
+            log.warning("could not read custody for recall: %s", exc)
+            unknown = Provenance(Origin.EXTERNAL, "unknown (custody unavailable)")
+            return {i: unknown for i in turn_ids}, []
+
+    def _held_items(self, query: str, held: list[PendingWrite]) -> list[RecallItem]:
+        """Held writes of this session's files that concern ``query`` (or were made in this session), as items
+        labelled with their origin."""
+        words = _words(query)
+        out: list[RecallItem] = []
+        for pending in reversed(held):  # newest first
+            if any(self.scopes.get(t) != scope for t, scope in pending.scopes.items()):
+                continue
+            for text in pending.texts:
+                if pending.provenance.session == self.id or words & _words(text):
+                    date = time.strftime("%Y-%m-%d", time.gmtime(pending.created))
+                    out.append(RecallItem("held", clip(text), date=date, provenance=pending.provenance))
+        return out
+
+    def _custody_of(self, item: RecallItem) -> RecallItem | None:
+        """A kept item as the policy shows it (None when not at all); an item of untrusted origin taints the
+        turn it enters, like the tool result it came from."""
+        prov = item.provenance
+        if prov is None:
+            return item
+        policy = self.manager.builtin.policy
+        verdict = policy.held_recall_verdict(prov) if item.source == "held" else policy.recall_verdict(prov)
+        if verdict is Verdict.REFUSE:
+            return None
+        self.turn.observe(provenance=prov, trusted_tools=policy.trusted_tools)
+        return item
+
+    def observe(self, text: str = "", *, origin: Origin | str = Origin.TOOL, source: str = "") -> bool:
+        """Untrusted content entered this turn's context (a tool's result, a retrieved document, a web page):
+        writes made from now on in this turn take its origin and are held for approval (see the custody policy).
+        Returns True when it tainted the turn. Adapters call this for every tool result in the model's context;
+        the plain API calls it where the application puts such content in front of the model.
+
+        A result of ironmem's own tools is judged by what it holds: ``memory`` results show entries (trusted);
+        ``session_search`` results taint only when a hit is unverified; an external provider's tool is external.
+
+        Example:
+            >>> import tempfile
+            >>> from ironmem import MemoryManager
+            >>> session = MemoryManager(home=tempfile.mkdtemp()).start_session("s")
+            >>> _ = session.begin_turn("summarize https://example.com")
+            >>> session.observe("<html>...</html>", origin="tool", source="web_fetch")
+            True
+        """
+        policy = self.manager.builtin.policy
+        found = Origin.parse(origin)
+        owner = self.manager.tool_owner(source) if found is Origin.TOOL else None
+        if owner is not None:
+            if owner is not self.manager.builtin:
+                return self.turn.observe(text, origin=Origin.EXTERNAL, source=owner.name)
+            tainted = False
+            for prov in _unverified_hits(text):
+                tainted = self.turn.observe(provenance=prov) or tainted
+            return tainted
+        return self.turn.observe(text, origin=found, source=source, trusted_tools=policy.trusted_tools)
+
+    def pending(self) -> list[PendingWrite]:
+        """Held writes waiting for approval (all of this memory's, oldest first)."""
+        return self.manager.builtin.pending()
+
+    def approve(self, pending_id: str, *, edited: dict[str, Any] | None = None, by: str | None = None) -> PendingWrite:
+        """Approve a held write: it is applied as a normal write (``edited``: memory-tool arguments to apply
+        instead). Raises :class:`~ironmem.core.errors.PendingWriteError` (unknown or already decided id) or
+        :class:`~ironmem.core.errors.OperationError` (it cannot apply; it stays pending)."""
+        return self.manager.builtin.approve(pending_id, by=by or self.user_id or "user", edited=edited)
+
+    def reject(self, pending_id: str, *, note: str = "", by: str | None = None) -> PendingWrite:
+        """Reject a held write: it is dropped, and the record of it and of the decision kept."""
+        return self.manager.builtin.reject(pending_id, by=by or self.user_id or "user", note=note)
 
     async def aprefetch(self, user_message: str) -> Recall:
         return await asyncio.to_thread(self.prefetch, user_message)
@@ -300,8 +435,15 @@ class Session:
         scoped = {s.name: s for s in self.manager.builtin.tool_schemas_for(self.scopes, self.user_id)}
         return [scoped.get(s.name, s) if s.provider == "builtin" else s for s in self.manager.tool_schemas()]
 
-    def handle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
-        """Route a tool call to its provider. Always returns JSON text; never raises."""
+    def handle_tool_call(
+        self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        """Route a tool call to its provider. Always returns JSON text; never raises.
+
+        A ``memory`` write's provenance is ``provenance`` when given (the application vouches for it), else what
+        this turn's custody says (:meth:`observe`). ``call_id`` (the framework's tool-call id) makes a held write's
+        id stable when the framework runs the same call again."""
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
@@ -322,8 +464,12 @@ class Session:
         if provider is manager.builtin:
             answer: str
             try:
-                answer = manager.builtin.handle_tool_call(name, args, user_id=self.user_id, scopes=self.scopes,
-                                                          session_id=self.id)
+                answer = manager.builtin.handle_tool_call(
+                    name, args, user_id=self.user_id, scopes=self.scopes, session_id=self.id,
+                    provenance=provenance if provenance is not None else self.turn, call_id=call_id,
+                )
+                if name != "memory":
+                    answer = self._label_hits(answer)
             except Exception as exc:
                 log.exception("built-in tool %r failed", name)
                 answer = json_error(f"{name} failed: {type(exc).__name__}: {exc}")
@@ -338,10 +484,36 @@ class Session:
                 result = json.dumps(result, ensure_ascii=False)
             except (TypeError, ValueError):
                 result = json.dumps({"success": True, "result": str(result)}, ensure_ascii=False)
+        self.turn.observe(result, origin=Origin.EXTERNAL, source=provider.name)  # an external result is external
         return result
 
-    async def ahandle_tool_call(self, name: str, args: dict[str, Any] | str | None) -> str:
-        return await asyncio.to_thread(self.handle_tool_call, name, args)
+    def _label_hits(self, answer: str) -> str:
+        """A ``session_search`` result with each past turn's custody: a hit from a turn whose reply was made after
+        untrusted input is marked ``unverified`` with its origin, and taints this turn."""
+        try:
+            data = json.loads(answer)
+            hits = data.get("results") if isinstance(data, dict) else None
+        except ValueError:
+            return answer
+        if not hits:
+            return answer
+        custody = self._turn_custody([h["turn_id"] for h in hits if isinstance(h.get("turn_id"), int)])
+        marked = False
+        for hit in hits:
+            prov = custody.get(hit.get("turn_id", -1))
+            if prov is not None and prov.untrusted:
+                hit.update(unverified=True, origin=prov.label)
+                self.turn.observe(provenance=prov)
+                marked = True
+        return json.dumps(data, ensure_ascii=False) if marked else answer
+
+    async def ahandle_tool_call(
+        self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            functools.partial(self.handle_tool_call, name, args, provenance=provenance, call_id=call_id)
+        )
 
     def _count_memory_failure(self, name: str, result: str) -> str:
         """Hermes's breaker: after ``MAX_MEMORY_FAILURES_PER_TURN`` failed ``memory`` calls in one turn, the next
@@ -383,6 +555,7 @@ class Session:
             self.turn_number += 1
             self._memory_failures = 0
             turn = self.turn_number
+            self.turn = TurnCustody(session=self.id, user=self.user_id, user_message=user_message or "")
         if self.manager.guarded is not None:
             self.manager.guarded.submit("on_turn_start", turn, user_message or "")
         return turn
@@ -437,7 +610,12 @@ class Session:
         user, assistant = well_formed(user), well_formed(assistant)
         manager = self.manager
         try:
-            manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
+            turn_id = manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
+            inputs = self.turn.inputs
+            if inputs:  # the reply was made after untrusted input: it is of that input's origin
+                first = inputs[0]
+                manager.builtin.custody.record_turn(turn_id, Provenance(
+                    first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs)))
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager.builtin_health.fail("sync_turn", f"sync_turn could not index the turn: {exc}")

@@ -3,19 +3,26 @@
 Rendering is deterministic: the same files give the same bytes on any machine (no timestamps, no absolute
 paths, no dict-order surprises). Every entry is scanned; one that fails is replaced by ``[BLOCKED: <category>]``
 so the model never sees it but the user can still find and remove it.
+
+Every entry is a list item (``- ``) whose further lines are marked (:func:`~ironmem.core.fence.frame_record`),
+after the same neutralization as recalled text (:func:`~ironmem.core.fence.sanitize`): no line of an entry can
+stand at the start of a line as a role, a header, another entry, a section title or an end-of-memory marker,
+whatever a hand edit put in the file. Held (pending) writes are never here: they are not in the files.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .builtin.store import FileState, format_usage
+from .custody import Provenance
 from .errors import InvalidArgumentError
-from .fence import sanitize
-from .security import ScanResult, scan
+from .fence import frame_record, sanitize
+from .security import ScanResult
+from .security.policy import Policy
 
 __all__ = ["Snapshot", "render_cap", "render_entry", "render_snapshot"]
 
@@ -32,10 +39,16 @@ def _first_category(verdict: ScanResult) -> str:
     return first.category
 
 
-def render_entry(entry: str, target: str, position: int) -> str:
-    """One entry as shown to the model: sanitized, or a BLOCKED marker when it fails the scan."""
-    verdict = scan(entry)
-    if verdict.blocked:
+_DEFAULT_POLICY = Policy()
+
+
+def render_entry(entry: str, target: str, position: int, *, provenance: Provenance | None = None,
+                 policy: Policy | None = None) -> str:
+    """One entry as shown to the model: sanitized, or a BLOCKED marker when the policy's re-scan hides it (an
+    entry of the user's own words only for hidden text; see
+    :meth:`~ironmem.core.security.policy.Policy.snapshot_blocks`)."""
+    verdict = (policy or _DEFAULT_POLICY).snapshot_blocks(entry, provenance)
+    if verdict is not None:
         file_name = "MEMORY.md" if target == "memory" else "USER.md"
         return (
             f"[BLOCKED: {_first_category(verdict)}] (entry {position} of {file_name} failed the security scan "
@@ -73,14 +86,23 @@ def render_cap(limit: int) -> int:
     return max(2 * limit, 4000)
 
 
-def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
+def _items(parts: Sequence[str]) -> str:
+    """Rendered entries as the snapshot's list: one item each, further lines marked."""
+    return "\n".join("- " + frame_record(part) for part in parts)
+
+
+Custody = Callable[[str, int], str]
+
+
+def _capped_body(entries: Sequence[str], target: str, limit: int, render: Custody | None = None) -> str:
     """The entries as shown, capped at :func:`render_cap`: the first ~70% and the last ~20% of the budget are
     kept (whole entries where they fit; an entry too long for its part is cut), with a visible marker between
     them saying how much was left out and how to get back under the limit. Only shown text is scanned."""
+    show_entry: Custody = render or (lambda text, position: render_entry(text, target, position))
     joined = len("\n§\n".join(entries))
     cap = render_cap(limit)
     if joined <= cap:
-        return "\n§\n".join(render_entry(e, target, i + 1) for i, e in enumerate(entries))
+        return _items([show_entry(e, i + 1) for i, e in enumerate(entries)])
     head_budget, tail_budget = int(cap * 0.7), int(cap * 0.2)
     head: list[tuple[int, str]] = []
     used = 0
@@ -112,9 +134,9 @@ def _capped_body(entries: Sequence[str], target: str, limit: int) -> str:
         + f" not shown: {file_name} is over its limit ({joined:,}/{limit:,} chars). Consolidate with the memory "
         "tool (remove/replace) or edit the file; run `ironmem status` to see the sizes ...]"
     )
-    parts = [render_entry(text, target, i + 1) for i, text in head] + [marker]
-    parts += [render_entry(text, target, i + 1) for i, text in tail]
-    return "\n§\n".join(parts)
+    parts = [show_entry(text, i + 1) for i, text in head] + [marker]
+    parts += [show_entry(text, i + 1) for i, text in tail]
+    return _items(parts)
 
 
 def render_snapshot(
@@ -123,6 +145,8 @@ def render_snapshot(
     external_blocks: Sequence[str] = (),
     *,
     enabled: dict[str, bool] | None = None,
+    provenance: dict[str, dict[str, Provenance]] | None = None,
+    policy: Policy | None = None,
 ) -> Snapshot:
     """Render the built-in files (and any external provider's static block) into one text.
 
@@ -145,7 +169,12 @@ def render_snapshot(
         elif not state.entries:
             body = "(empty)"
         else:
-            body = _capped_body(state.entries, target, limits[target])
+            known = (provenance or {}).get(target, {})
+
+            def render(text: str, position: int, target: str = target, known: dict[str, Provenance] = known) -> str:
+                return render_entry(text, target, position, provenance=known.get(text), policy=policy)
+
+            body = _capped_body(state.entries, target, limits[target], render)
         parts.append(f"{title}\n{body}")
     for block in external_blocks:
         block = block.strip()

@@ -15,6 +15,12 @@ What it does per run (one *run* = one ``invoke`` = one user turn):
   ``"ephemeral"`` only the current turn's recall is sent.
 * ``after_agent`` (once per run): syncs the turn (the user's text and the final answer) to memory.
 * ``tools``: the memory tools, with the core's exact JSON schemas; calls go to the thread's session.
+* Custody (docs/custody.md): every ``ToolMessage`` in a model request is untrusted content in the model's
+  context, so it taints the turn (``Session.observe``; tools the policy trusts do not). A ``memory`` write the
+  policy holds raises a LangGraph ``interrupt`` (``approval="interrupt"``, when the graph has a checkpointer)
+  carrying a ``HumanInTheLoopMiddleware``-shaped request; resume with ``Command(resume={"decisions": [{"type":
+  "approve"}]})`` (or ``"edit"`` with ``edited_action``, or ``"reject"``). With ``approval="queue"`` the write
+  simply waits for ``ironmem review``.
 * Compaction: when messages the previous model call saw are gone (``SummarizationMiddleware`` replaced them
   with a summary, or they were trimmed), they go to ``Session.pre_compress`` first thing in the next model
   call, so the external provider's ``on_pre_compress`` can still extract from them.
@@ -38,6 +44,7 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
+    ToolCallRequest,
     hook_config,
 )
 from langchain_core.messages import (
@@ -47,12 +54,15 @@ from langchain_core.messages import (
     HumanMessage,
     RemoveMessage,
     SystemMessage,
+    ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
 
+from ...core.approval import ApprovalPolicy, approval_request, resolve_approval, staged_id
 from ...core.errors import SessionOwnerError
 from ...core.manager import MemoryManager
 from ...core.recall import FenceHistory, RecallPolicy, check_policy, prepend_fence, recall_text
@@ -172,6 +182,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         manager: MemoryManager,
         recall_policy: RecallPolicy = "replay",
         user_id: str | None = None,
+        approval: ApprovalPolicy = "interrupt",
         *,
         recall: RecallPolicy | None = None,
     ) -> None:
@@ -182,6 +193,9 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             )
             recall_policy = recall
         self.recall_policy: RecallPolicy = check_policy(recall_policy, "recall_policy")
+        #: What a held memory write does: ``"interrupt"`` (a LangGraph interrupt, when the graph has a
+        #: checkpointer) or ``"queue"`` (it waits for ``ironmem review`` / ``Session.approve``).
+        self.approval: ApprovalPolicy = approval
         self.manager = manager
         self.user_id = user_id
         self._registry = SessionRegistry(manager, user_id=user_id)
@@ -353,12 +367,20 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
             messages.append(message)
         return request.override(system_message=_with_snapshot(request.system_message, snapshot), messages=messages)
 
+    @staticmethod
+    def _observe_tools(session: Session, messages: list[AnyMessage]) -> None:
+        """Custody: every tool result in the request is content the model reads; untrusted ones taint the turn."""
+        for message in messages:
+            if isinstance(message, ToolMessage):
+                session.observe(message.text, origin="tool", source=message.name or "")
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         session = self.session_for(request.runtime)
+        self._observe_tools(session, list(request.messages))
         gone = self._compacted(session, list(request.messages))
         if gone:
             session.pre_compress(gone)
@@ -370,10 +392,43 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         session = self.session_for(request.runtime)
+        self._observe_tools(session, list(request.messages))
         gone = self._compacted(session, list(request.messages))
         if gone:
             await asyncio.to_thread(session.pre_compress, gone)
         return await handler(self._prepare(request))
+
+    # -- wrap_tool_call: a held memory write asks the human (LangGraph interrupt) -------------------------
+    def _review(self, request: ToolCallRequest, result: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
+        if self.approval != "interrupt" or not isinstance(result, ToolMessage):
+            return result
+        pending_id = staged_id(result.text)
+        if pending_id is None:
+            return result
+        try:
+            config = get_config()
+        except RuntimeError:
+            config = {}
+        if not (config.get("configurable") or {}).get("__pregel_checkpointer"):
+            return result  # no checkpointer: nothing could resume an interrupt; the write waits in the queue
+        session = self._tool_session(request.runtime, config)
+        decision = interrupt(approval_request(session, pending_id, request.tool_call.get("args") or {}))
+        answer = resolve_approval(session, pending_id, decision)
+        return ToolMessage(content=answer, tool_call_id=result.tool_call_id, name=result.name)
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        return self._review(request, handler(request))
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        return self._review(request, await handler(request))
 
     # -- after_agent: sync the turn ------------------------------------------------------------------
     @staticmethod

@@ -46,14 +46,15 @@ def make_memory_tool(schema: ToolSchema, resolve: SessionResolver) -> Structured
             session = resolve(runtime, config)
         except SessionOwnerError as exc:
             return json.dumps({"success": False, "error": str(exc)}, ensure_ascii=False)
-        return session.handle_tool_call(name, arguments)
+        # the tool-call id keeps a held write's id stable when LangGraph runs the call again (resume)
+        return session.handle_tool_call(name, arguments, call_id=getattr(runtime, "tool_call_id", None))
 
     async def acall(runtime: ToolRuntime = None, config: RunnableConfig = None, **arguments: Any) -> str:  # type: ignore[assignment]
         try:
             session = resolve(runtime, config)
         except SessionOwnerError as exc:
             return json.dumps({"success": False, "error": str(exc)}, ensure_ascii=False)
-        return await session.ahandle_tool_call(name, arguments)
+        return await session.ahandle_tool_call(name, arguments, call_id=getattr(runtime, "tool_call_id", None))
 
     call.__name__ = acall.__name__ = name
     return StructuredTool(

@@ -19,6 +19,7 @@ __all__ = [
     "message_key",
     "with_fence",
     "strip_fence",
+    "tool_results",
 ]
 
 _REACT_ANSWER = re.compile(r"(?:^|\n)\s*Answer:\s*", re.IGNORECASE)
@@ -102,3 +103,34 @@ def strip_fence(message: ChatMessage) -> ChatMessage | None:
         return None
     copy.blocks = blocks
     return copy
+
+
+def _call_names(message: ChatMessage) -> dict[str, str]:
+    """Tool-call id -> tool name of an assistant message (ToolCallBlocks and OpenAI-style ``tool_calls``)."""
+    names: dict[str, str] = {}
+    for block in message.blocks:
+        if getattr(block, "block_type", None) == "tool_call":
+            names[str(getattr(block, "tool_call_id", ""))] = str(getattr(block, "tool_name", ""))
+    for call in message.additional_kwargs.get("tool_calls") or []:
+        if isinstance(call, dict):
+            function = call.get("function") or {}
+            names.setdefault(str(call.get("id", "")), str(function.get("name") or call.get("name") or ""))
+        else:  # an SDK object (openai ChatCompletionMessageToolCall)
+            function = getattr(call, "function", None)
+            names.setdefault(str(getattr(call, "id", "")), str(getattr(function, "name", "") or ""))
+    return names
+
+
+def tool_results(messages: Any) -> list[tuple[str, str]]:
+    """``(tool name, text)`` of every tool result among ``messages``; the name comes from the assistant message
+    that called it ("" when no call matches)."""
+    names: dict[str, str] = {}
+    out: list[tuple[str, str]] = []
+    for message in messages:
+        role = role_of(message)
+        if role == "assistant":
+            names.update(_call_names(message))
+        elif role == "tool":
+            call_id = str(message.additional_kwargs.get("tool_call_id", ""))
+            out.append((message.additional_kwargs.get("name") or names.get(call_id, ""), text_of(message)))
+    return out

@@ -64,6 +64,7 @@ from ._messages import (
     role_of,
     strip_fence,
     text_of,
+    tool_results,
     with_fence,
 )
 from ._resume import Resumed, ResumeLog
@@ -489,11 +490,12 @@ class IronMemory(BaseMemory):
         """The frozen snapshot text sent as the first system message."""
         return self.state.session.system_prompt_block()
 
-    def tools(self) -> list[FunctionTool]:
-        """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas)."""
+    def tools(self, approval: str = "queue") -> list[FunctionTool]:
+        """The memory tools of this session as LlamaIndex ``FunctionTool`` objects (core schemas).
+        ``approval="interrupt"``: a held write asks the human in the workflow (see ``IronMemoryToolSpec``)."""
         from .tools import IronMemoryToolSpec
 
-        return IronMemoryToolSpec(self.state.session).to_tool_list()
+        return IronMemoryToolSpec(self.state.session, approval=approval).to_tool_list()  # type: ignore[arg-type]
 
     def close(self) -> None:
         """End the session (drains queued syncs) and release the handle.
@@ -603,6 +605,8 @@ class IronMemory(BaseMemory):
     ) -> tuple[list[ChatMessage], list[dict[str, Any]]]:
         """What the model gets, and the messages the token limit newly left out (for ``pre_compress``)."""
         state = self.state
+        for name, text in tool_results(messages):  # custody: tool output in the context taints the turn
+            state.session.observe(text, origin="tool", source=name)
         # ONE system message: the snapshot first (the stable prefix), then whatever system content the history
         # memory adds (a stock Memory puts its memory blocks there).
         system_blocks: list[Any] = [TextBlock(text=state.session.system_prompt_block())]

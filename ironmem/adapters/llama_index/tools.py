@@ -9,17 +9,22 @@ declared, in LlamaIndex as in every other adapter.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict
 from llama_index.core.tools import FunctionTool, ToolMetadata
 from llama_index.core.tools.tool_spec.base import BaseToolSpec
+from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
 
+from ...core.approval import ApprovalPolicy, approval_request, resolve_approval, staged_id
 from ...core.errors import ArgumentTypeError, InvalidArgumentError
 from ...core.manager import MemoryManager
 from ...core.provider import ToolSchema
 from ...core.session import Session
+from ._messages import tool_results
 
 __all__ = ["IronMemoryToolSpec", "SchemaToolMetadata", "memory_tools"]
 
@@ -107,7 +112,12 @@ class IronMemoryToolSpec(BaseToolSpec):
 
     spec_functions: list[Any] = []
 
-    def __init__(self, session_or_manager: Session | MemoryManager | Any) -> None:
+    def __init__(self, session_or_manager: Session | MemoryManager | Any, *,
+                 approval: ApprovalPolicy = "queue") -> None:
+        #: ``"interrupt"``: a held ``memory`` write asks the human inside the workflow (an ``InputRequiredEvent``
+        #: on the stream, answered with a ``HumanResponseEvent`` carrying the same ``pending_id``); the tool then
+        #: needs the workflow ``Context`` (a ``FunctionAgent`` passes it). ``"queue"``: it waits for ``ironmem review``.
+        self.approval: ApprovalPolicy = approval
         self.session = _session_of(session_or_manager)
         self.spec_functions = [schema.name for schema in self.session.tool_schemas()]
 
@@ -129,7 +139,8 @@ class IronMemoryToolSpec(BaseToolSpec):
                 continue
             metadata = overrides.get(schema.name) or SchemaToolMetadata.from_schema(schema)
             sync_fn, async_fn = self._callables(schema.name)
-            tools.append(FunctionTool(fn=sync_fn, async_fn=async_fn, metadata=metadata))
+            kind = _MemoryTool if schema.name == "memory" else FunctionTool
+            tools.append(kind(fn=sync_fn, async_fn=async_fn, metadata=metadata))
         if wanted is not None:
             missing = wanted - {t.metadata.name for t in tools}
             if missing:
@@ -139,6 +150,8 @@ class IronMemoryToolSpec(BaseToolSpec):
 
     def _callables(self, name: str) -> tuple[Any, Any]:
         session = self.session
+        if name == "memory":
+            return _memory_callables(session, self.approval == "interrupt")
 
         def call(**kwargs: Any) -> str:
             return session.handle_tool_call(name, kwargs)
@@ -153,3 +166,52 @@ class IronMemoryToolSpec(BaseToolSpec):
 def memory_tools(session_or_manager: Session | MemoryManager | Any) -> list[FunctionTool]:
     """Shortcut for ``IronMemoryToolSpec(session_or_manager).to_tool_list()``."""
     return IronMemoryToolSpec(session_or_manager).to_tool_list()
+
+
+
+class _MemoryTool(FunctionTool):
+    """A ``FunctionTool`` whose workflow ``Context`` is optional: a ``FunctionAgent`` passes it (the tool then sees
+    the run's tool outputs and can ask the human), a direct ``tool.call(...)`` works without it."""
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault(self.ctx_param_name or "ctx", None)
+        return super().call(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault(self.ctx_param_name or "ctx", None)
+        return await super().acall(*args, **kwargs)
+
+
+def _memory_callables(session: Session, ask: bool) -> tuple[Any, Any]:
+    """The ``memory`` tool's functions. Inside a workflow, the agent's scratchpad (this run's tool calls and
+    results, not yet in the memory) is observed first, so a write made after a tool's output is judged as such;
+    with ``ask`` a held write asks the human (human-in-the-loop events)."""
+
+    def memory_sync(ctx: Any = None, **kwargs: Any) -> str:
+        return session.handle_tool_call("memory", kwargs)
+
+    async def memory(ctx: Any = None, **kwargs: Any) -> str:
+        if ctx is not None:
+            for name, text in tool_results(await ctx.store.get("scratchpad", default=[]) or []):
+                session.observe(text, origin="tool", source=name)
+        # The workflow may run this code again when the answer arrives: a key from the turn and the arguments
+        # makes the held write's id the same each time, so it is held once.
+        digest = hashlib.sha256(json.dumps(kwargs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        result = await session.ahandle_tool_call("memory", kwargs, call_id=f"{session.turn_number}:{digest}")
+        pending_id = staged_id(result)
+        if pending_id is None or not ask or ctx is None:
+            return result
+        request = approval_request(session, pending_id, kwargs)
+        answer = await ctx.wait_for_event(
+            HumanResponseEvent,
+            waiter_id=f"ironmem-approval-{pending_id}",
+            waiter_event=InputRequiredEvent(prefix=request["action_requests"][0]["description"],
+                                            pending_id=pending_id, request=request),
+            requirements={"pending_id": pending_id},
+        )
+        return resolve_approval(session, pending_id, getattr(answer, "response", None))
+
+    for fn in (memory_sync, memory):
+        fn.__annotations__ = {"ctx": Context, "kwargs": Any, "return": str}
+        fn.__name__ = "memory"
+    return memory_sync, memory

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..custody import Origin, Provenance, TurnCustody
 from ..errors import MemoryFileError, ReadOnlyError
 from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
+from ..security.policy import Policy, Verdict
 from .archive import (
     OVERFLOW_MODES,
     ArchiveFile,
@@ -31,6 +33,7 @@ from .archive import (
 )
 from .index import SearchHit, SearchIndex
 from .private import make_private_dirs, prepare_home, write_private
+from .provenance import PendingWrite, ProvenanceStore, open_provenance
 from .ranking import query_terms, rank_entries, tokens
 from .scope import DEFAULT_SCOPE, USERS_DIR, normalize_scope, scope_folder
 from .storage import EntryFile, FileStorage, MemoryStorage, TurnIndex, open_storage
@@ -49,7 +52,7 @@ from .tools import (
     preview,
 )
 
-__all__ = ["FILE_NAMES", "BuiltinMemoryProvider", "WriteListener", "WriteOutcome"]
+__all__ = ["FILE_NAMES", "BuiltinMemoryProvider", "HeldWrite", "WriteListener", "WriteOutcome"]
 
 log = logging.getLogger("ironmem.builtin")
 
@@ -92,6 +95,29 @@ def _echo_query(query: str) -> str:
 
 def _result(**fields: Any) -> str:
     return json.dumps(fields, ensure_ascii=False)
+
+
+#: What a write is told about its custody: an explicit provenance, the turn it was made in, or nothing (the
+#: assistant in a clean turn: the scanner alone decides, as before custody).
+WriteCustody = Provenance | TurnCustody | None
+
+
+def _provenance_for(custody: WriteCustody, content: str) -> Provenance:
+    if custody is None:
+        return Provenance(Origin.ASSISTANT)
+    if isinstance(custody, Provenance):
+        return custody
+    return custody.provenance_of(content)
+
+
+class HeldWrite(Exception):
+    """Raised by :meth:`BuiltinMemoryProvider.apply_detailed` when the custody policy holds the write: nothing was
+    written; ``provenance`` and ``reason`` say why (the memory tool stages it as a :class:`PendingWrite`)."""
+
+    def __init__(self, provenance: Provenance, reason: str) -> None:
+        super().__init__(reason)
+        self.provenance = provenance
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -162,6 +188,7 @@ class BuiltinMemoryProvider(MemoryProvider):
         storage: str | MemoryStorage | None = None,
         read_only: bool = False,
         overflow: str = "archive",
+        policy: Policy | None = None,
     ) -> None:
         if overflow not in OVERFLOW_MODES:
             raise ValueError(f"overflow must be 'archive' (a full file moves its least recalled, oldest entries to "
@@ -196,6 +223,9 @@ class BuiltinMemoryProvider(MemoryProvider):
         #: Recalls of live entries counted since the last write of their file: ``(scope, target) -> text -> n``.
         self._recalls: dict[tuple[str, str], dict[str, int]] = {}
         self._recalls_lock = threading.Lock()
+        #: The custody policy (origin x action) and where provenance and held writes live (beside the files).
+        self.policy: Policy = policy if policy is not None else Policy()
+        self.custody: ProvenanceStore = open_provenance(self.storage, home=self.home, read_only=self.read_only)
 
     # -- scopes -------------------------------------------------------------------------------
     def scope_dir(self, scope: str = DEFAULT_SCOPE) -> Path:
@@ -410,23 +440,25 @@ class BuiltinMemoryProvider(MemoryProvider):
     # -- tools --------------------------------------------------------------------------------
     def handle_tool_call(
         self, name: str, args: dict[str, Any], *, user_id: str | None = None, scopes: dict[str, str] | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, provenance: WriteCustody = None, call_id: str | None = None,
     ) -> str:
         if name == MEMORY_TOOL.name:
-            return self._memory_tool(args, scopes, session_id=session_id)
+            return self._memory_tool(args, scopes, session_id=session_id, custody=provenance, call_id=call_id)
         if name == SEARCH_TOOL.name:
             return self._search_tool(args, user_id=user_id, scopes=scopes)
         return _result(success=False, error=f"the built-in provider has no tool {name!r}")
 
     def apply(
-        self, operations: list[Operation], *, scopes: dict[str, str] | None = None, batch: bool = False
+        self, operations: list[Operation], *, scopes: dict[str, str] | None = None, batch: bool = False,
+        provenance: WriteCustody = None,
     ) -> dict[str, FileState]:
-        """Apply ``operations`` all-or-nothing. Raises OperationError / MemoryFileError; nothing is written then."""
-        return self.apply_detailed(operations, scopes=scopes, batch=batch).states
+        """Apply ``operations`` all-or-nothing. Raises OperationError / MemoryFileError / :class:`HeldWrite`;
+        nothing is written then."""
+        return self.apply_detailed(operations, scopes=scopes, batch=batch, provenance=provenance).states
 
     def apply_detailed(
         self, operations: list[Operation], *, scopes: dict[str, str] | None = None, batch: bool = False,
-        session_id: str | None = None, restoring: Record | None = None,
+        session_id: str | None = None, restoring: Record | None = None, provenance: WriteCustody = None,
     ) -> WriteOutcome:
         """:meth:`apply`, returning what was replaced, which hand edits were kept and which copies were saved."""
         if self.read_only:
@@ -443,24 +475,18 @@ class BuiltinMemoryProvider(MemoryProvider):
                     f"({_CONFIG_KEYS[target]}: false); nothing was written"
                 )
         for op in operations:
-            if op.action in ("add", "replace"):
-                if len(op.content) > self.limits[op.target]:  # size first: never scan what cannot be stored
-                    raise OperationError(
-                        f"the entry is {len(op.content):,} characters; {op.target} holds at most "
-                        f"{self.limits[op.target]:,} (its limit). Shorten it and retry; nothing was written",
-                        show_entries=op.target, limit=True,
-                    )
-                verdict = scan(op.content)
-                if verdict.blocked:
-                    raise OperationError(
-                        f"Blocked: refused by the security scan ({verdict.reason}): {verdict.describe()}. Memory is "
-                        "shown to the model in every future session, so it must not contain instructions, hidden "
-                        "text, secrets or links that send data out. Rephrase it as a plain fact; nothing was written",
-                        refused_by="security scan",
-                    )
+            if op.action in ("add", "replace") and len(op.content) > self.limits[op.target]:
+                raise OperationError(  # size first: never scan what cannot be stored
+                    f"the entry is {len(op.content):,} characters; {op.target} holds at most "
+                    f"{self.limits[op.target]:,} (its limit). Shorten it and retry; nothing was written",
+                    show_entries=op.target, limit=True,
+                )
+        provenances = self._judge(operations, provenance)
         if self._db is not None:
-            return self._apply_db(self._db, operations, scopes, targets, batch=batch, session_id=session_id,
-                                  restoring=restoring)
+            outcome = self._apply_db(self._db, operations, scopes, targets, batch=batch, session_id=session_id,
+                                     restoring=restoring)
+            self._record_custody(operations, provenances, scopes)
+            return outcome
         files = {t: self.file(t, scopes[t]) for t in targets}
         backups: dict[str, Path] = {}
         with ExitStack() as stack:
@@ -506,9 +532,89 @@ class BuiltinMemoryProvider(MemoryProvider):
             self.index.sync_entries(self.index_key(target, scopes[target]), state.entries)
             if plan.records.get(target):
                 self._sync_archive_index(target, scopes[target], state.entries)
+        self._record_custody(operations, provenances, scopes)
         self._notify(plan.changed)
         hand = {t: s.hand_edits for t, s in current.items() if s.hand_edits}
         return WriteOutcome(new_states, plan.replaced, hand, backups, plan.archived, plan.merged)
+
+    # -- custody --------------------------------------------------------------------------------
+    def _judge(self, operations: list[Operation], custody: WriteCustody) -> list[Provenance]:
+        """The custody policy on every operation of a write (the only write gate): refuses with OperationError,
+        holds with :class:`HeldWrite` (the whole batch: all or nothing), else returns each operation's provenance."""
+        provenances: list[Provenance] = []
+        held: tuple[Provenance, str] | None = None
+        for op in operations:
+            prov = _provenance_for(custody, op.content)
+            provenances.append(prov)
+            decision = self.policy.decide_write(op.content, prov)
+            if decision.verdict is Verdict.REFUSE:
+                found = decision.scan
+                what = f"{found.reason}): {found.describe()}" if found is not None else f"{decision.reason})"
+                raise OperationError(
+                    f"Blocked: refused by the security scan ({what}. Memory is shown to the model in every future "
+                    "session, so it must not contain instructions, hidden text, secrets or links that send data "
+                    "out. Rephrase it as a plain fact; nothing was written",
+                    refused_by="security scan",
+                )
+            if decision.verdict is Verdict.HOLD and held is None:
+                held = (prov, decision.reason)
+        if held is not None:
+            raise HeldWrite(*held)
+        return provenances
+
+    def _record_custody(self, operations: list[Operation], provenances: list[Provenance],
+                        scopes: dict[str, str]) -> None:
+        """Remember where each added or replacing entry came from (beside the files; never in them)."""
+        if self.read_only:
+            return
+        for op, prov in zip(operations, provenances, strict=True):
+            if op.action in ("add", "replace") and op.content:
+                try:
+                    self.custody.record_entries(scopes[op.target], op.target, [op.content], prov)
+                except Exception as exc:  # the write landed; a lost record reads as a hand edit later
+                    log.error("could not record the provenance of a %s entry: %s", op.target, exc)
+
+    def entry_provenance(self, states: dict[str, FileState], scopes: dict[str, str]) -> dict[str, dict[str, Provenance]]:
+        """The recorded provenance of the entries in ``states`` by target (what the snapshot's re-scan judges)."""
+        out: dict[str, dict[str, Provenance]] = {}
+        for target, state in states.items():
+            try:
+                out[target] = self.custody.entry_provenance(normalize_scope(scopes.get(target)), target, state.entries)
+            except Exception as exc:  # unknown custody: every entry is re-scanned as a hand edit
+                log.warning("could not read the provenance of %s entries: %s", target, exc)
+        return out
+
+    def stage(self, operations: list[Operation], *, scopes: dict[str, str] | None, batch: bool,
+              provenance: Provenance, key: str | None = None) -> PendingWrite:
+        """Hold a write for approval (outside MEMORY.md / USER.md). ``key`` makes the id deterministic."""
+        scopes = {t: normalize_scope((scopes or {}).get(t)) for t in TARGETS}
+        payload = PendingWrite.payload_of(operations, batch=batch)
+        used = {op.target for op in operations}
+        return self.custody.stage(PendingWrite.new(payload, {t: s for t, s in scopes.items() if t in used},
+                                                   provenance, key=key))
+
+    def pending(self, *, status: str = "pending") -> list[PendingWrite]:
+        """Held writes (``status``: pending, approved, rejected or all), oldest first."""
+        return self.custody.pending(status=status)
+
+    def approve(self, pending_id: str, *, by: str = "user", edited: dict[str, Any] | None = None) -> PendingWrite:
+        """Apply a held write as a normal write (judged as the user's own words: only hidden text
+        still refuses it). Raises :class:`~ironmem.core.errors.PendingWriteError` for an unknown or
+        decided id, OperationError when it cannot apply (it stays pending)."""
+        if edited is not None:
+            probe = PendingWrite("edit", dict(edited), {}, Provenance(Origin.USER), 0.0)
+            probe.operations()  # a malformed edit is refused before the record is touched
+
+        def apply(pending: PendingWrite) -> dict[str, Any]:
+            outcome = self.apply_detailed(pending.operations(), scopes=pending.scopes, batch=pending.batch,
+                                          provenance=pending.provenance.approved(by))
+            return {t: format_usage(s.chars, self.limits[t]) for t, s in outcome.states.items()}
+
+        return self.custody.decide(pending_id, "approved", apply=apply, by=by, edited=edited)
+
+    def reject(self, pending_id: str, *, by: str = "user", note: str = "") -> PendingWrite:
+        """Drop a held write, keeping the record of it and of the decision."""
+        return self.custody.decide(pending_id, "rejected", by=by, note=note or "rejected")
 
     def _notify(self, changed: list[tuple[str, str, str]]) -> None:
         for action, target, content in changed:
@@ -679,15 +785,31 @@ class BuiltinMemoryProvider(MemoryProvider):
             check_limit(entries[target], list(state.entries), limit, target)
         return _Plan(entries, changed, replaced, records, archived, merged)
 
-    def _memory_tool(self, args: dict[str, Any], scopes: dict[str, str] | None, *, session_id: str | None = None
-                     ) -> str:
+    def _memory_tool(self, args: dict[str, Any], scopes: dict[str, str] | None, *, session_id: str | None = None,
+                     custody: WriteCustody = None, call_id: str | None = None) -> str:
         if not any(self.enabled.values()):
             return _result(success=False, error="Memory is not available: it is disabled in this configuration "
                                                 "(memory.memory_enabled and memory.user_profile_enabled are false)")
         try:
             operations = parse_operations(args)
             batch = bool(isinstance(args, dict) and args.get("operations"))
-            outcome = self.apply_detailed(operations, scopes=scopes, batch=batch, session_id=session_id)
+            outcome = self.apply_detailed(operations, scopes=scopes, batch=batch, session_id=session_id,
+                                          provenance=custody)
+        except HeldWrite as held:
+            session = held.provenance.session
+            key = f"{session}:{call_id}" if call_id else None
+            try:
+                pending = self.stage(operations, scopes=scopes, batch=batch, provenance=held.provenance, key=key)
+            except Exception as exc:
+                log.error("could not hold a memory write for approval: %s", exc)
+                return _result(success=False, error=f"the write needs the user's approval but could not be held "
+                                                    f"({exc}); nothing was written")
+            return _result(
+                success=True, done=True, staged=True, saved=False, pending_id=pending.id,
+                message=(f"Held for the user's approval, NOT saved: {held.reason}. It will not appear in future "
+                         "sessions unless the user approves it (ironmem review). Do not retry; tell the user what "
+                         "you wanted to save."),
+            )
         except OperationError as exc:
             if isinstance(args, dict) and args.get("operations") and not exc.limit:
                 exc.show_entries = None  # a failed batch does not pay the store back (only a limit error does)
@@ -893,4 +1015,5 @@ class BuiltinMemoryProvider(MemoryProvider):
         return out
 
     def shutdown(self) -> None:
+        self.custody.close()
         self.storage.close()
