@@ -171,7 +171,7 @@ def test_approve_reject_unknown_and_decided(manager: MemoryManager, tmp_path: Pa
 
 
 def test_an_approval_that_cannot_apply_stays_pending(tmp_path: Path) -> None:
-    manager = MemoryManager(home=tmp_path, memory_char_limit=80)
+    manager = MemoryManager(home=tmp_path, memory_char_limit=80, overflow="refuse")
     session = manager.start_session("s1")
     _tainted_turn(session)
     held = _add(session, PLANTED)["pending_id"]
