@@ -449,17 +449,17 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # Which ordinary turns would the recall-time scan drop? (every turn of the dataset is ordinary conversation)
     from ironmem.core.recall import clip
-    from ironmem.core.session import _recall_verdict  # the scan prefetch applies
+    from ironmem.core.security import scan_recalled  # the scan prefetch applies
 
     blocked_turns = []
     blocked_as_recalled = []  # as prefetch scans a past turn: clipped to RECALL_ITEM_CHARS first
     for conv in data:
         for t in conv.turns:
-            verdict = _recall_verdict(RecallItem("history", t.text))
+            verdict = scan_recalled(t.text)
             if verdict.blocked:
                 blocked_turns.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                       "reason": verdict.reason})
-            verdict = _recall_verdict(RecallItem("history", clip(t.text)))
+            verdict = scan_recalled(clip(t.text))
             if verdict.blocked:
                 blocked_as_recalled.append({"conversation": conv.name, "turn": t.id, "text": t.text,
                                             "reason": verdict.reason})
