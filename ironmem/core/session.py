@@ -484,7 +484,7 @@ class Session:
                 result = json.dumps(result, ensure_ascii=False)
             except (TypeError, ValueError):
                 result = json.dumps({"success": True, "result": str(result)}, ensure_ascii=False)
-        self.turn.observe(result, origin=Origin.EXTERNAL, source=provider.name)  # an external result is external
+        # Not observed here: the plain API is told (observe()), adapters observe every tool result the model reads.
         return result
 
     def _label_hits(self, answer: str) -> str:

@@ -297,7 +297,10 @@ class SQLiteProvenance(ProvenanceStore):
         self._lock = threading.RLock()
         if read_only:
             if self.path.is_file():
-                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                # no -wal file: no writer has it open; immutable=1 reads it without creating a -shm file
+                live = self.path.with_name(self.path.name + "-wal").exists()
+                mode = "mode=ro" if live else "mode=ro&immutable=1"
+                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{mode}", uri=True,
                                              check_same_thread=False, timeout=30.0, isolation_level=None)
             else:
                 self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)

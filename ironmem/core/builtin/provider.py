@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..custody import Origin, Provenance, TurnCustody
-from ..errors import MemoryFileError, ReadOnlyError
+from ..errors import IronMemError, MemoryFileError, ReadOnlyError
 from ..provider import MemoryProvider, ToolSchema
 from ..security import scan
 from ..security.policy import Policy, Verdict
@@ -110,7 +110,7 @@ def _provenance_for(custody: WriteCustody, content: str) -> Provenance:
     return custody.provenance_of(content)
 
 
-class HeldWrite(Exception):
+class HeldWrite(IronMemError):
     """Raised by :meth:`BuiltinMemoryProvider.apply_detailed` when the custody policy holds the write: nothing was
     written; ``provenance`` and ``reason`` say why (the memory tool stages it as a :class:`PendingWrite`)."""
 
