@@ -359,17 +359,6 @@ class HostedProvider(ProviderBase, Generic[S]):
     def _replay(self, record: dict[str, Any]) -> Callable[[], Any]:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.outbox.drain()
-        finally:
-            with self._lock:
-                self._forget_session(session_id)
-
-    def _forget_session(self, session_id: str) -> None:
-        """Drop what the provider kept for ``session_id`` (called with the lock held)."""
-        self._users.pop(session_id, None)
-
     # -- tools ----------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
         offered = [schema.name for schema in self.tool_schemas()]
