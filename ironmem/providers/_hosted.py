@@ -98,7 +98,8 @@ _ADVICE = {
 
 
 class HostedService:
-    """Calls into one hosted service with failure classification, 429 back-off and an ordered write queue.
+    """Calls into one hosted service with failure classification and 429 back-off; ``on_answer`` runs after each
+    successful call (the provider's outbox replays what waits).
 
     ``classify`` turns an SDK exception into a :class:`Failure`. ``label`` names the service in messages.
 
