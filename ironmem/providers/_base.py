@@ -65,6 +65,8 @@ class ProviderBase(MemoryProvider):
 
     # -- the outbox: writes that wait for the backend ---------------------------------------------
     outbox: Outbox
+    _lock: Any  # a threading.RLock of the subclass
+    _users: dict[str, str]  # session id -> user id
 
     def _open_outbox(self, send: Callable[[dict[str, Any]], Any], *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         """Give the provider its outbox; ``send(record)`` performs one write (a JSON record) on the backend."""
@@ -76,6 +78,18 @@ class ProviderBase(MemoryProvider):
         home = ctx.get("home")
         if home:
             self.outbox.attach(Path(str(home)) / self.name)
+
+    def on_session_end(self, session_id: str) -> None:
+        """Send what waits in the outbox, then forget the session."""
+        try:
+            self.outbox.drain()
+        finally:
+            with self._lock:
+                self._forget_session(session_id)
+
+    def _forget_session(self, session_id: str) -> None:
+        """Drop what the provider kept for ``session_id`` (called with ``_lock`` held)."""
+        self._users.pop(session_id, None)
 
     def status_info(self) -> dict[str, Any]:
         """The provider's part of ``status()`` (no network): its queued writes."""

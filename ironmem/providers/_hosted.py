@@ -98,7 +98,8 @@ _ADVICE = {
 
 
 class HostedService:
-    """Calls into one hosted service with failure classification, 429 back-off and an ordered write queue.
+    """Calls into one hosted service with failure classification and 429 back-off; ``on_answer`` runs after each
+    successful call (the provider's outbox replays what waits).
 
     ``classify`` turns an SDK exception into a :class:`Failure`. ``label`` names the service in messages.
 
@@ -358,17 +359,6 @@ class HostedProvider(ProviderBase, Generic[S]):
 
     def _replay(self, record: dict[str, Any]) -> Callable[[], Any]:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.outbox.drain()
-        finally:
-            with self._lock:
-                self._forget_session(session_id)
-
-    def _forget_session(self, session_id: str) -> None:
-        """Drop what the provider kept for ``session_id`` (called with the lock held)."""
-        self._users.pop(session_id, None)
 
     # -- tools ----------------------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:

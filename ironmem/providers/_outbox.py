@@ -150,7 +150,7 @@ class Outbox:
 
     def replay_soon(self) -> None:
         """The backend answered: send what waits on a background thread (returns at once; no-op when empty)."""
-        if not self._queue or self._closed:
+        if not self._queue or self._closed or self._send_lock.locked():  # empty, or being sent right now
             return
         with self._queue_lock:
             if self._replayer is not None and self._replayer.is_alive():

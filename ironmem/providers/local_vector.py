@@ -483,13 +483,6 @@ class LocalVectorProvider(ProviderBase):
             return _err(f"'action' must be 'save' or 'forget', got {action!r}")
         return _err(f"unknown tool {name!r}; {self.name} provides {SEARCH_TOOL.name} and {WRITE_TOOL.name}")
 
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.outbox.drain()
-        finally:
-            with self._lock:
-                self._users.pop(session_id, None)
-
     def shutdown(self) -> None:
         self.outbox.close()
         with self._lock:

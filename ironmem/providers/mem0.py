@@ -650,13 +650,6 @@ class Mem0Provider(ProviderBase):
             return _ok(forgotten=memory_id)
         return _err(f"unknown tool {name!r}; mem0 provides mem0_search, mem0_add and mem0_forget")
 
-    def on_session_end(self, session_id: str) -> None:
-        try:
-            self.outbox.drain()
-        finally:
-            with self._lock:
-                self._users.pop(session_id, None)
-
     def shutdown(self) -> None:
         self.outbox.close()
         with self._lock:
