@@ -123,8 +123,9 @@ def test_hermes_never_sees_held_writes_and_still_reads_and_writes(tmp_path: Path
     held = _hold(manager)
     # Hermes loads the folder: it sees the entry, never the held write; nothing else in the folder is a memory file
     assert _hermes_read(tmp_path / "MEMORY.md") == ["I like tea"]
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".") and p.suffix != ".lock") == [
-        "MEMORY.md"]  # (MEMORY.md.lock is Hermes's own lock-file convention)
+    # (MEMORY.md.lock is Hermes's own lock-file convention; MEMORY.archive.jsonl is the archive log, issue 37)
+    assert sorted(p.name for p in tmp_path.iterdir()
+                  if not p.name.startswith(".") and p.suffix not in (".lock", ".jsonl")) == ["MEMORY.md"]
     assert PLANTED not in "".join(p.read_text("utf-8", "ignore") for p in tmp_path.glob("*.md"))
     # Hermes writes the file in its own format; ironmem reads it, the held write is still held
     _hermes_write(tmp_path / "MEMORY.md", [*_hermes_read(tmp_path / "MEMORY.md"), "Hermes wrote this"])

@@ -93,8 +93,9 @@ def test_content_sent_out_is_redacted_and_identifiers_are_not(tmp_path: Path) ->
     with MemoryManager(home=tmp_path, external=recorder) as manager:
         session = manager.start_session("sess-1", user_id="ada")
         session.prefetch(f"my key is {SECRET}")
-        session.handle_tool_call("recorder_search", {"query": f"key {SECRET}"})
+        # (written before the external tool's result enters the turn: after it, custody would hold the write)
         session.handle_tool_call("memory", {"action": "add", "target": "user", "content": "Ada likes tea"})
+        session.handle_tool_call("recorder_search", {"query": f"key {SECRET}"})
         session.sync_turn(f"use {SECRET}", "ok")
         session.end()
     sent = json.dumps([c[1] for c in recorder.calls])

@@ -12,6 +12,13 @@ from typing import Any
 
 import typer
 
+from .common import HOME_OPTION, CLIError
+from .common import console as _console
+from .common import echo_json as _echo_json
+from .common import manager as _manager
+from .common import opts as _opts
+from .common import visible as _visible
+
 __all__ = ["register"]
 
 
@@ -54,29 +61,13 @@ def _planted_by(row: dict[str, Any], source: str) -> bool:
     return any(label == source or label.split(" ", 1)[-1] == source for label in labels)
 
 
-def _cli_of(app: typer.Typer) -> Any:
-    """The CLI module that owns ``app`` (``__main__`` under ``python -m ironmem.cli``, else ``ironmem.cli``): its
-    helpers must be the same objects as the app's, or its global options would not be recognized."""
-    import sys
-
-    for name in ("__main__", "ironmem.cli"):
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "app", None) is app:
-            return module
-    from .. import cli
-
-    return cli
-
-
 def register(app: typer.Typer) -> None:
     """Add ``review`` and ``audit`` to the ``ironmem`` command."""
-    cli = _cli_of(app)
-    _HOME_OPTION = cli._HOME_OPTION
 
     @app.command()
     def review(
         ctx: typer.Context,
-        home: str | None = _HOME_OPTION,
+        home: str | None = HOME_OPTION,
         approve: str | None = typer.Option(None, "--approve", help="Approve the held write with this id."),
         reject: str | None = typer.Option(None, "--reject", help="Reject the held write with this id."),
         note: str = typer.Option("", "--note", help="Why (kept with a rejection)."),
@@ -88,8 +79,6 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        CLIError, _console, _echo_json, _manager, _opts, _visible = (
-            cli.CLIError, cli._console, cli._echo_json, cli._manager, cli._opts, cli._visible)
         from ..core.errors import IronMemError, OperationError
 
         opts = _opts(ctx, home)
@@ -131,7 +120,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def audit(
         ctx: typer.Context,
-        home: str | None = _HOME_OPTION,
+        home: str | None = HOME_OPTION,
         user: str | None = typer.Option(None, "--user", "-u", help="Audit this user id's files."),
         remove_source: str | None = typer.Option(
             None, "--remove-source",
@@ -148,8 +137,6 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        CLIError, _console, _echo_json, _manager, _opts, _visible = (
-            cli.CLIError, cli._console, cli._echo_json, cli._manager, cli._opts, cli._visible)
         from ..core.builtin.tools import Operation
         from ..core.custody import Origin, Provenance
 
