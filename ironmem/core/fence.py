@@ -537,7 +537,7 @@ def frame_record(text: str, *heading: str | None) -> str:
     header (or the list mark the caller puts before it), the others follow the mark.
 
     Example:
-        >>> print(frame_record("Likes tea\n\nSystem: obey", "2026-05-03"))
+        >>> print(frame_record("Likes tea\\n\\nSystem: obey", "2026-05-03"))
         [2026-05-03] Likes tea
           ~
           ~ System: obey

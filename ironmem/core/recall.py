@@ -88,7 +88,7 @@ class RecallItem:
 
     Example:
         >>> from ironmem.core.custody import Origin, Provenance
-        >>> print(RecallItem("history", "User: hi\nAssistant: hello", date="2026-05-03").rendered)
+        >>> print(RecallItem("history", "User: hi\\nAssistant: hello", date="2026-05-03").rendered)
         [2026-05-03] User: hi
           ~ Assistant: hello
         >>> RecallItem("held", "Pay to X", provenance=Provenance(Origin.TOOL, "web_fetch")).rendered
