@@ -359,7 +359,10 @@ def test_demo_prints_the_story_and_keeps_its_memory_in_a_given_home(tmp_path: Pa
         "cached tokens per request",
     ):
         assert needle in out, needle
-    assert "tidepool targets Python 3.12" in (home / "MEMORY.md").read_text(encoding="utf-8")
+    # the demo's user is "ada": her agent notes are her own (users/<ada>/MEMORY.md), not the shared file
+    (notes,) = home.glob("users/*/MEMORY.md")
+    assert "tidepool targets Python 3.12" in notes.read_text(encoding="utf-8")
+    assert not (home / "MEMORY.md").exists() or "tidepool" not in (home / "MEMORY.md").read_text(encoding="utf-8")
     status = json.loads(cli("status", "--json", "--home", str(home)).stdout)
     assert status["turns_indexed"] == 5
     assert status == json.loads(cli("status", "--json", home=home).stdout)

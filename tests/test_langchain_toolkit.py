@@ -167,7 +167,10 @@ def test_manager_toolkit_routes_by_thread_and_user(manager: MemoryManager) -> No
     sessions = toolkit._registry.sessions  # type: ignore[union-attr]
     assert sorted(sessions) == ["t-1", "t-2"]
     assert sessions["t-1"].user_id == "fallback-user" and sessions["t-2"].user_id == "carol"
-    assert manager.builtin.state("memory").entries == ("Thread one note", "Thread two note")
+    # each user's agent notes land in that user's own MEMORY.md (private by default)
+    assert manager.builtin.state("memory", sessions["t-1"].scopes["memory"]).entries == ("Thread one note",)
+    assert manager.builtin.state("memory", sessions["t-2"].scopes["memory"]).entries == ("Thread two note",)
+    assert manager.builtin.state("memory").entries == ()
     # Outside a graph the config passed to invoke picks the session; without one, the toolkit's own.
     toolkit.get_tools()[1].invoke({"query": "x"}, config={"configurable": {"thread_id": "t-3"}})
     toolkit.get_tools()[1].invoke({"query": "x"})

@@ -42,8 +42,9 @@ def tree(folder: Path) -> dict[str, tuple[bytes | None, int, int]]:
 
 
 def make_home(home: Path) -> Path:
-    """A home that an agent used: entries, a user's own profile, synced turns (a search index on disk)."""
-    with MemoryManager(home=home) as manager:
+    """A home that an agent used: shared agent notes (opted in), a user's own profile, synced turns (a search
+    index on disk)."""
+    with MemoryManager(home=home, memory_per_user=False) as manager:
         session = manager.start_session("s1", user_id="ada")
         for args in (
             {"action": "add", "target": "memory", "content": "tidepool deploys on Fly.io"},
@@ -129,7 +130,9 @@ def test_read_commands_work_on_a_read_only_home_and_write_nothing(readonly: tupl
     assert [e["text"] for e in own["user"]["entries"]] == ["Ada prefers short answers"]
 
     found = json.loads(run_in(prefix, "search", "Fly.io", "--json", "--user", "ada", home=home).stdout)["results"]
-    assert {hit["kind"] for hit in found} == {"memory", "turn"}  # the entry (indexed in memory) and the old turn
+    assert {hit["kind"] for hit in found} == {"turn"}  # ada's old turn (her own MEMORY.md is empty)
+    found = json.loads(run_in(prefix, "search", "Fly.io", "--json", home=home).stdout)["results"]
+    assert {hit["kind"] for hit in found} == {"memory"}  # the shared note (indexed in memory)
 
     scanned = run_in(prefix, "scan", str(home), "--json", home=home)
     assert scanned.returncode == 0, scanned.stderr
@@ -159,7 +162,7 @@ def test_read_only_manager_reads_everything_and_refuses_every_write(tmp_path: Pa
     home = make_home(tmp_path / "home")
     (home / "MEMORY.md").write_text("a note\n§\nanother note", encoding="utf-8")  # a hand edit since
     before = tree(home)
-    with MemoryManager(home=home, read_only=True) as manager:
+    with MemoryManager(home=home, read_only=True, memory_per_user=False) as manager:
         status = manager.status()
         assert status["files"]["memory"]["entries"] == 2 and status["turns_indexed"] == 1
         session = manager.start_session("inspect", user_id="ada")

@@ -7,6 +7,7 @@ whole module runs in well under a minute on 2 cores (the slowest parts are fsync
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import random
@@ -414,7 +415,7 @@ def test_failing_write_gives_clear_error_and_keeps_old_file(
         "success"]
     before = (home / "MEMORY.md").read_bytes()
     module, name, code, text = FAULTS[fault]
-    target = store_module.os if module == "os" else store_module.tempfile
+    target = store_module.os if module == "os" else importlib.import_module("tempfile")
     real = getattr(target, name)
     armed = {"on": True}
 

@@ -386,7 +386,8 @@ class SessionScript:
 
 def _write_making_room(session: Any, manager: Any, args: dict[str, Any]) -> str:
     """Retry a scripted write that hit the char limit after removing the oldest scripted session notes."""
-    notes = [e for e in manager.builtin.state(args.get("target", "memory")).entries if e.startswith("Session note")]
+    target = args.get("target", "memory")
+    notes = [e for e in manager.builtin.state(target, session.scopes[target]).entries if e.startswith("Session note")]
     result = ""
     for count in range(1, len(notes) + 1):
         ops = [{"action": "remove", "target": args.get("target", "memory"), "old_text": e} for e in notes[:count]]

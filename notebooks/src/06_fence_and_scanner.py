@@ -317,7 +317,7 @@ plt.show()
 
 # %%
 loso = json.loads(Path("../tests/data/security/loso_report.json").read_text(encoding="utf-8"))
-lo = loso["loso"]
+lo = loso  # the leave-one-source-out report (benchmarks/security_eval.py)
 print(f"LOSO detection {lo['all']['detection']:.1%}, false positives {lo['all']['false_positive']:.2%}")
 for src, v in lo["per_source"].items():
     fp = "n/a" if v["false_positive"] is None else f"{v['false_positive']:.1%}"

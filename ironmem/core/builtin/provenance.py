@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..custody import Origin, Provenance, text_key
 from ..errors import InvalidArgumentError, PendingWriteError
+from .private import create_private_file, make_private_dirs
 from .tools import Operation, parse_operations
 
 if TYPE_CHECKING:
@@ -306,7 +307,8 @@ class SQLiteProvenance(ProvenanceStore):
                 self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
                 self._conn.executescript(_SQLITE_SCHEMA)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
+            create_private_file(self.path)  # 0600 before SQLite opens it (its journal files take the same mode)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
