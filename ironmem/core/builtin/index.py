@@ -198,6 +198,23 @@ def _is_write_refusal(exc: sqlite3.OperationalError) -> bool:
     return any(s in text for s in ("readonly", "read-only", "unable to open", "permission", "disk i/o"))
 
 
+def enable_wal(conn: sqlite3.Connection, *, timeout: float = 30.0) -> None:
+    """Switch ``conn``'s database to WAL mode. Processes opening a new database at the same moment race for
+    this switch, and SQLite answers "database is locked" at once (its busy timeout does not cover it): retried
+    with a short back-off for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     """The index's connection. Writable: the file (created with its folder), WAL mode, the schema.
 
@@ -213,7 +230,7 @@ def _connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
             create_private_file(path)  # 0600 before SQLite opens it: its -wal and -shm files get the same mode
             conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                enable_wal(conn)
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("PRAGMA busy_timeout=30000")
                 conn.executescript(_SCHEMA)

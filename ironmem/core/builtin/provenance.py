@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..custody import Origin, Provenance, text_key
 from ..errors import InvalidArgumentError, PendingWriteError
+from .index import enable_wal
 from .private import create_private_file, make_private_dirs
 from .tools import Operation, parse_operations
 
@@ -310,7 +311,7 @@ class SQLiteProvenance(ProvenanceStore):
             make_private_dirs(self.path.parent)
             create_private_file(self.path)  # 0600 before SQLite opens it (its journal files take the same mode)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(self._conn)
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SQLITE_SCHEMA)
         self._conn.execute("PRAGMA busy_timeout=30000")
