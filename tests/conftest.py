@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,38 +15,6 @@ if not os.environ.get("TIKTOKEN_CACHE_DIR") and _SHARED_CACHE.is_dir():
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
 from ironmem import MemoryManager
-
-_ENCODING_HELP = (
-    "tiktoken's o200k_base encoding cannot be loaded offline: point TIKTOKEN_CACHE_DIR at a folder holding it "
-    "(this repo's ../shared/tiktoken-cache, or a copy of ~/.cache of a machine with network) to run this test"
-)
-
-
-@functools.cache
-def encoding_available() -> bool:
-    """True when tiktoken's o200k_base loads here (cached files or network)."""
-    from ironmem.analysis.tokens import TokenCounter
-    from ironmem.core.errors import EncodingUnavailableError
-
-    try:
-        TokenCounter().count("probe")
-    except EncodingUnavailableError:
-        return False
-    return True
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    """A test that fails only because the token encoding cannot load is reported as skipped, with one reason,
-    on a machine without the encodings. CI (``CI=true``) has them and keeps such a failure a failure."""
-    report: pytest.TestReport = yield
-    if report.passed or report.skipped or os.environ.get("CI"):
-        return report
-    text = str(report.longrepr or "")
-    if ("EncodingUnavailableError" in text or "cannot load the tiktoken encoding" in text) and not encoding_available():
-        report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {_ENCODING_HELP}")
-    return report
 
 
 @pytest.fixture

@@ -82,3 +82,19 @@ async def test_two_users_two_threads_each_no_cross_user_text(home: Path, mode: s
     assert manager.builtin.state("user", "ada").entries == (facts("ada")[0],)
     middleware.close()
     manager.close()
+
+
+@pytest.mark.parametrize(("per_user", "says"), [(True, "private to the current user"), (False, "SHARED")])
+def test_a_middleware_for_one_user_tells_the_model_whether_its_notes_are_shared(
+    home: Path, per_user: bool, says: str,
+) -> None:
+    """The memory tool a real agent sends to the model says what the session's own tool says."""
+    manager = MemoryManager(home=home, memory_per_user=per_user)
+    middleware = IronMemoryMiddleware(manager, user_id="ada")
+    model = ScriptedChatModel(["Noted."])
+    agent = create_agent(model=model, tools=[], middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("hello")]})
+    (sent,) = [t["function"]["description"] for t in model.requests[0].tools if t["function"]["name"] == "memory"]
+    (own,) = [t.description for t in manager.start_session(user_id="ada").tool_schemas() if t.name == "memory"]
+    assert says in sent and sent == own
+    manager.close()

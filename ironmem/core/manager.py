@@ -266,9 +266,15 @@ class MemoryManager:
                 tools[schema.name] = (self.external, owned)
         self._tools = tools
 
-    def tool_schemas(self) -> list[ToolSchema]:
-        """Every tool the model gets: the built-in ones, then the external provider's."""
-        return [schema for _, schema in self._tools.values()]
+    def tool_schemas(self, user_id: str | None = None, *, scopes: dict[str, str] | None = None) -> list[ToolSchema]:
+        """Every tool the model gets: the built-in ones, then the external provider's. With ``user_id``, as that
+        user's sessions see them: the ``memory`` tool says whether the agent's notes are shared between users or
+        private to this one (``scopes``, default: the manager's setting for the user)."""
+        schemas = [schema for _, schema in self._tools.values()]
+        if user_id is None:
+            return schemas
+        scoped = {s.name: s for s in self.builtin.tool_schemas_for(scopes or self.scopes_for(user_id), user_id)}
+        return [scoped.get(s.name, s) if s.provider == "builtin" else s for s in schemas]
 
     def tool_owner(self, name: str) -> MemoryProvider | None:
         """The provider that answers tool ``name`` (the first to offer it), or None for an unknown tool."""

@@ -432,8 +432,7 @@ class Session:
     # -- tools ----------------------------------------------------------------------------------
     def tool_schemas(self) -> list[ToolSchema]:
         # the built-in memory tool says whether this session's agent notes are shared between users
-        scoped = {s.name: s for s in self.manager.builtin.tool_schemas_for(self.scopes, self.user_id)}
-        return [scoped.get(s.name, s) if s.provider == "builtin" else s for s in self.manager.tool_schemas()]
+        return self.manager.tool_schemas(self.user_id, scopes=self.scopes)
 
     def handle_tool_call(
         self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,

@@ -205,7 +205,7 @@ class IronMemoryMiddleware(AgentMiddleware[IronMemoryState, Any]):
         # history was compacted (SummarizationMiddleware, trimming) and the session hears about them.
         self._seen: dict[str, dict[str, BaseMessage]] = {}
         self.tools: list[BaseTool] = [
-            make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas()
+            make_memory_tool(schema, self._tool_session) for schema in manager.tool_schemas(user_id)
         ]
 
     @property
