@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.builtin.index import enable_wal
 from ..core.embedding import Embedder, as_embedder, describe_embedder
 from ..core.errors import InvalidArgumentError, ProviderUnavailableError
 from ..core.provider import ToolSchema
@@ -287,7 +288,7 @@ class LocalVectorProvider(ProviderBase):
             sqlite_vec.load(conn)
         finally:
             conn.enable_load_extension(False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        enable_wal(conn)
         conn.execute("PRAGMA busy_timeout=30000")
         with conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

@@ -198,18 +198,20 @@ def _is_write_refusal(exc: sqlite3.OperationalError) -> bool:
     return any(s in text for s in ("readonly", "read-only", "unable to open", "permission", "disk i/o"))
 
 
-def enable_wal(conn: sqlite3.Connection, *, timeout: float = 30.0) -> None:
+def enable_wal(conn: Any, *, timeout: float = 30.0) -> None:
     """Switch ``conn``'s database to WAL mode. Processes opening a new database at the same moment race for
     this switch, and SQLite answers "database is locked" at once (its busy timeout does not cover it): retried
-    with a short back-off for up to ``timeout`` seconds."""
+    with a short back-off for up to ``timeout`` seconds. ``conn``: a connection of :mod:`sqlite3` or of a
+    compatible driver (``sqlean``, whose errors are its own classes of the same names)."""
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+        except Exception as exc:
+            locked = type(exc).__name__ == "OperationalError" and "locked" in str(exc).lower()
+            if not locked or time.monotonic() > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
