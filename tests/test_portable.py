@@ -329,3 +329,17 @@ def test_a_postgresql_memory_exports_and_moves_to_files_losslessly(tmp_path: Pat
     assert two.read_bytes() == one.read_bytes()
     kinds = [json.loads(line)["kind"] for line in one.read_text(encoding="utf-8").splitlines()]
     assert kinds.count("entry") == 2 and kinds.count("turn") == 2
+
+
+def test_a_disabled_file_refuses_its_entries_by_name_and_keeps_the_rest(tmp_path: Path) -> None:
+    hermes = tmp_path / "memories"
+    hermes.mkdir()
+    (hermes / "MEMORY.md").write_text("Server runs Debian 12", encoding="utf-8")
+    (hermes / "USER.md").write_text("Name: Ada", encoding="utf-8")
+    home = tmp_path / "h"
+    config = write_config(home, limit=2200)
+    config.write_text(config.read_text(encoding="utf-8") + "  user_profile_enabled: false\n", encoding="utf-8")
+    proc = run("--config", str(config), "import", str(hermes))
+    assert proc.returncode == 1 and "user_profile_enabled: false" in proc.stdout
+    assert (home / "MEMORY.md").read_text(encoding="utf-8") == "Server runs Debian 12"
+    assert not (home / "USER.md").exists()

@@ -530,6 +530,12 @@ def _import_group(manager: MemoryManager, scope: str, target: str, group: _Group
     if state.corrupt:
         result.refused.append(f"{name}: {state.corrupt}; fix or delete the file, then import again")
         return
+    if not builtin.enabled[target]:
+        key = "memory_enabled" if target == "memory" else "user_profile_enabled"
+        result.refused.append(f"{name}: {len(group.entries)} entries and {len(group.log)} archive records not "
+                              f"imported: writes to {FILE_NAMES[target]} are disabled (memory.{key}: false); "
+                              "enable it, then import again")
+        return
     policy = dataclasses.replace(builtin.policy, write_approval=False)  # the user imports: nothing is the agent's
     provenance: dict[str, Provenance | None] = {}
     for record in group.entries:
