@@ -73,6 +73,23 @@ async def test_stdio_write_search_and_a_second_connection_sees_it_while_the_firs
         assert bad.isError and json.loads(bad.content[0].text)["success"] is False  # an error result, not a crash
 
 
+async def test_with_write_approval_a_clients_write_waits_for_review_and_stays_out_of_snapshots(
+        tmp_path: Path) -> None:
+    config = tmp_path / "mcp.yaml"
+    config.write_text(f"memory:\n  home: {tmp_path}\n  write_approval: true\n", encoding="utf-8")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ironmem.cli", "--config", str(config), "mcp",
+                                                                 "--user", "ada"], env=_env(), cwd=str(REPO))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        held = await call(session, "memory", {"action": "add", "target": "user", "content": FACT})
+        assert held["staged"] is True and held["saved"] is False
+        async with stdio(tmp_path, "--user", "ada") as second:
+            assert FACT not in await snapshot(second)
+    review = subprocess.run([sys.executable, "-m", "ironmem.cli", "--config", str(config), "review", "--json"],
+                            capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120, check=True)
+    assert [row["texts"] for row in json.loads(review.stdout)] == [[FACT]]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

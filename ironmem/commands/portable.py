@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +74,8 @@ def register(app: typer.Typer) -> None:
         output: str = typer.Argument("-", help="File to write (default: - for stdout)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
     ) -> None:
-        """Everything the memory home holds (entries of every user, turns, settings, store items) as one
-        versioned JSONL file; `ironmem import` reads it back."""
+        """Everything the memory home holds (entries of every user with their archive history and provenance,
+        turns, held writes, settings, store items) as one versioned JSONL file; `ironmem import` reads it back."""
         from ..core.fileio import write_atomic
         from ..core.portable import export_memory
 
@@ -102,28 +105,68 @@ def register(app: typer.Typer) -> None:
                                      "or a LangGraph SQLite store."),
         kind: str = typer.Option("auto", "--from", help="auto, ironmem, hermes or langgraph-sqlite."),
         user: str | None = typer.Option(None, "--user", "-u", help="Import a Hermes folder as this user's files."),
+        settings: str = typer.Option(
+            "auto", "--settings",
+            help="The export's settings: auto writes them to a config.yaml that does not exist yet and leaves an "
+                 "existing one (showing the difference); apply also updates an existing one (keeping a copy); "
+                 "keep never writes."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Change nothing; show what would be added."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        """Add the entries, turns and store items of SOURCE that the home does not hold yet (through the
-        security scan and the limits); --dry-run shows the difference."""
-        from ..core.portable import import_records
+        """Add the entries (with their archive history and provenance), turns, held writes and store items of
+        SOURCE that the home does not hold yet; apply its settings to a new config.yaml. --dry-run shows the
+        difference."""
+        from ..core.home import default_home
+        from ..core.portable import import_records, plan_settings
 
         if kind not in SOURCES:
             raise CLIError(f"unknown --from {kind!r}; use {', '.join(SOURCES)}")
         options = opts(ctx, home)
-        records = _records(source, kind, user)
+        records = list(_records(source, kind, user))  # every line is read and checked before anything is written
+        root = Path(options.home).expanduser() if options.home else default_home()
+        config = Path(options.config).expanduser() if options.config else root / "config.yaml"
+        plan = plan_settings(records, config, mode=settings)
+        backup = None
         if not dry_run:
             _create_home(options.home)
-        with manager(options, read_only=dry_run) as memory:
+            try:
+                backup = plan.apply(home=root, source=source)
+            except OSError as exc:
+                raise CLIError(f"cannot write {config}: {exc.strerror or exc}; nothing was imported") from None
+            if plan.action in ("write", "update"):  # the import runs with the settings it applied
+                options = replace(options, config=str(config))
+        with contextlib.ExitStack() as stack:
+            if dry_run and not options.config and not root.exists():  # a new home: everything would be added
+                options = replace(options, home=stack.enter_context(tempfile.TemporaryDirectory()))
+            memory = stack.enter_context(manager(options, read_only=dry_run))
             result = import_records(memory, records, dry_run=dry_run)
         if as_json:
-            echo_json(result.to_dict())
+            echo_json({**result.to_dict(), "settings": {
+                "config": str(config), "action": plan.action, "dry_run": dry_run, "backup": str(backup) if backup
+                else None, "differ": {k: {"source": a, "config": b} for k, (a, b) in plan.differ.items()}}})
         else:
             _print(result)
+            _print_settings(plan, dry_run, backup)
         if result.refused:
             raise CLIError(f"{len(result.refused)} record(s) were not imported (listed above); the rest was"
                            + (" checked" if dry_run else " imported"), code=1)
+
+
+def _print_settings(plan: Any, dry_run: bool, backup: Path | None) -> None:
+    out = console()
+    if plan.action == "none":
+        return
+    verb = {"write": "would write" if dry_run else "wrote", "update": "would update" if dry_run else "updated",
+            "keep": "left"}[plan.action]
+    out.print(Text(f"settings: {verb} {plan.path}" + (" with the source's settings" if plan.action == "write"
+                                                       else "") + (f"; the previous file is at {backup}" if backup
+                                                                   else "")))
+    for key, (theirs, ours) in plan.differ.items():
+        if plan.action in ("write", "update"):
+            out.print(Text(f"  {key}: {ours!r} -> {theirs!r}"))
+        else:
+            out.print(Text(f"  {key}: {theirs!r} in the source, {ours!r} in the config (kept; --settings apply "
+                           "takes the source's)"))
 
 
 def _create_home(home: str | None) -> None:
@@ -146,12 +189,18 @@ def _print(result: Any) -> None:
         out.print(Text(f"  + {visible(line, 160)}"))
     if len(result.new_entries) > 50:
         out.print(Text(f"  ... and {len(result.new_entries) - 50:,} more (--json lists all)"))
+    if result.held:
+        out.print(Text(f"entries held for approval: {result.held:,} (`ironmem review` lists them)"))
+    if result.history_added or result.history_present:
+        out.print(Text(f"archive records: {verb} {result.history_added:,}, already present "
+                       f"{result.history_present:,}"))
     out.print(Text(f"turns: {verb} {result.turns_added:,}, already present {result.turns_present:,}"))
+    if result.pending_added or result.pending_present:
+        out.print(Text(f"held writes: {verb} {result.pending_added:,}, already present {result.pending_present:,}"))
     if result.items_added or result.items_present:
         out.print(Text(f"store items: {verb} {result.items_added:,}, already present {result.items_present:,}"))
-    for key, (theirs, ours) in result.settings_differ.items():
-        out.print(Text(f"setting {key}: {theirs!r} in the source, {ours!r} here (settings are not imported; set "
-                       "it in config.yaml if you want it)"))
+    for note in result.notes:
+        out.print(Text(f"note: {note}"))
     for kind, n in result.unclaimed.items():
         where = f" kept in {result.unclaimed_path}" if result.unclaimed_path else " would be kept aside"
         out.print(Text(f"{n:,} record(s) of kind {kind!r} this ironmem cannot import:{where}"))
