@@ -3,7 +3,8 @@
 Every command reads the memory home from ``--home``, else ``$IRONMEM_HOME``, else ``~/.ironmem``
 (:func:`ironmem.core.home.find_home`). A Hermes memory folder (``~/.hermes/memories`` holding
 ``MEMORY.md`` and ``USER.md``) works as a home as is; pointing at ``~/.hermes`` itself finds its ``memories``
-folder. ``--config PATH`` builds the manager from a ``config.yaml`` instead.
+folder. ``--config PATH`` builds the manager from a ``config.yaml``; without it, the home's own ``config.yaml``
+(where ``ironmem setup`` writes it) is read when there is one.
 
 The read commands (``status``, ``show``, ``search``, ``tokens``, ``scan``) open the home read-only
 (``MemoryManager(read_only=True)``): they work on a home this user cannot write and change nothing in it.

@@ -100,3 +100,17 @@ def test_doctor_prints_one_line_per_problem_with_its_fix(tmp_path: Path) -> None
     config.write_text("memory: [a\n", encoding="utf-8")
     broken = run("--config", str(config), "doctor").stdout.strip().splitlines()
     assert len(broken) == 1 and "not valid YAML at line" in broken[0]
+
+
+def test_a_homes_own_config_applies_without_config(tmp_path: Path) -> None:
+    """What `setup` writes to <home>/config.yaml is what `--home` commands then use."""
+    home = tmp_path / "home"
+    proc = run("setup", "--home", str(home), "--provider", "none", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    config = home / "config.yaml"
+    settings = yaml.safe_load(config.read_text())
+    settings["memory"]["memory_char_limit"] = 900          # a hand edit of the home's config
+    config.write_text(yaml.safe_dump(settings))
+    status = run("--home", str(home), "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["files"]["memory"]["limit"] == 900

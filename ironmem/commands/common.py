@@ -101,9 +101,11 @@ def visible(text: str, limit: int | None = None) -> str:
 
 
 def open_manager(options: Options, *, read_only: bool) -> MemoryManager:
-    """The manager for the configured setup: from ``--config`` if given, else the built-in layer at the home.
+    """The manager for the configured setup: from ``--config`` if given, else from the home's own
+    ``config.yaml`` (where ``ironmem setup`` writes it), else the built-in layer at the home.
 
-    With both ``--config`` and ``--home``, the home from the command line wins over the file's ``memory.home``.
+    With both ``--config`` and ``--home``, the home from the command line wins over the file's ``memory.home``;
+    a home's own ``config.yaml`` always describes that home.
     Read commands open it ``read_only`` (nothing in the home is created or changed, so a home this user cannot
     write can be inspected); a write command on a read-only home fails with what to do.
     """
@@ -128,6 +130,11 @@ def open_manager(options: Options, *, read_only: bool) -> MemoryManager:
     location = find_home(options.home)
     if not read_only:
         location.require_writable(options.command)
+    own = location.path / "config.yaml"
+    if own.is_file():
+        from ..core.config import load_config, manager_from_config
+
+        return manager_from_config(load_config(own), home=location.path, read_only=read_only)
     return MemoryManager(home=location.path, read_only=read_only)
 
 
