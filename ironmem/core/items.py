@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .builtin.index import enable_wal
 from .builtin.ranking import query_terms, rank_entries
 from .errors import InvalidArgumentError
 
@@ -109,7 +110,7 @@ class ItemTable:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(self._conn)
             self._conn.executescript(_SCHEMA)
 
     @staticmethod
