@@ -610,12 +610,12 @@ class Session:
         user, assistant = well_formed(user), well_formed(assistant)
         manager = self.manager
         try:
-            turn_id = manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
             inputs = self.turn.inputs
-            if inputs:  # the reply was made after untrusted input: it is of that input's origin
-                first = inputs[0]
-                manager.builtin.custody.record_turn(turn_id, Provenance(
-                    first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs)))
+            first = inputs[0] if inputs else None  # the reply was made after untrusted input: it has its origin
+            provenance = None if first is None else Provenance(
+                first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs))
+            manager.builtin.custody.index_turn(manager.builtin.index, self.id, user, assistant, user_id=self.user_id,
+                                               ts=ts, provenance=provenance)
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager.builtin_health.fail("sync_turn", f"sync_turn could not index the turn: {exc}")
