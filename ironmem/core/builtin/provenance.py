@@ -296,6 +296,7 @@ class ProvenanceStore(ABC):
 # ------------------------------------------------------------------------------------------------ Hermes
 #: Hermes's names for its write origins; what they mean in ironmem (both are the agent writing).
 _HERMES_ORIGINS = ("foreground", "background_review")
+_WARNED: set[str] = set()  # Hermes records already reported as changed (once per process)
 
 
 def hermes_pending_dir(home: Path) -> Path | None:
@@ -323,7 +324,10 @@ def _from_hermes(record: Any, name: str) -> PendingWrite | None:
         return None
     digest = record.get("payload_sha256")
     if digest is not None and digest != _payload_sha256(payload):
-        log.warning("Hermes pending record %s was changed after it was staged; it is not offered for approval", name)
+        if name not in _WARNED:
+            _WARNED.add(name)
+            log.warning("Hermes pending record %s was changed after it was staged; it is not offered for approval",
+                        name)
         return None
     found = record.get("ironmem")
     extra: dict[str, Any] = found if isinstance(found, dict) else {}
