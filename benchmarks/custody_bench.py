@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import statistics
 import sys
@@ -254,12 +255,25 @@ def scanner_only_policy() -> Policy:
 
 # ----------------------------------------------------------------------------------------- overhead
 class _Timed:
-    """A proxy that times every call into the provenance store."""
+    """A proxy that times every call into the provenance store; ``index_turn`` without the time inside the index's
+    ``add_turn`` (the turn insert a memory without custody does too; on PostgreSQL a tainted turn's provenance is
+    written by that statement, so its share shows only in the A/B)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, index: Any) -> None:
         self.inner = inner
         self.spent = 0.0
+        self.insert = 0.0
         self.by_method: dict[str, list[float]] = {}
+        add_turn = index.add_turn
+
+        def timed_add_turn(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return add_turn(*args, **kwargs)
+            finally:
+                self.insert += time.perf_counter() - start
+
+        index.add_turn = timed_add_turn
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self.inner, name)
@@ -268,30 +282,58 @@ class _Timed:
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
+            self.insert = 0.0
             try:
                 return found(*args, **kwargs)
             finally:
-                took = time.perf_counter() - start
+                took = time.perf_counter() - start - self.insert  # the turn insert is not custody's
                 self.spent += took
                 self.by_method.setdefault(name, []).append(took * 1000)
 
         return timed
 
 
-def overhead(storage: str | None, turns: int) -> dict[str, float]:
-    """Custody's time per turn: inside the provenance store, observe() and the policy, in a real turn loop."""
+def _insert_share(manager: MemoryManager, pairs: int = 200) -> float:
+    """Median extra time (ms) of storing a turn WITH its provenance over storing it without, in pairs of real
+    inserts of the same turn (alternating order): what a tainted turn's provenance adds inside the turn insert when
+    the backend writes both in one statement (PostgreSQL). 0 when the store records it apart (timed directly)."""
+    from ironmem.core.builtin.provenance import PostgresProvenance
+    from ironmem.core.custody import Provenance
+
+    store, index = manager.builtin.custody, manager.builtin.index
+    if not isinstance(store, PostgresProvenance):
+        return 0.0
+    prov = Provenance(Origin.TOOL, "web_fetch", "pairs", None, time.time(), ("tool web_fetch",))
+    diffs = []
+    for n in range(pairs):
+        times = {}
+        for with_custody in ((True, False) if n % 2 else (False, True)):
+            start = time.perf_counter()
+            store.index_turn(index, "pairs", "a question", "an answer", user_id=None, ts=None,
+                             provenance=prov if with_custody else None)
+            times[with_custody] = time.perf_counter() - start
+        diffs.append((times[True] - times[False]) * 1000)
+    return statistics.median(diffs)
+
+
+def overhead(storage: str | None, turns: int) -> dict[str, Any]:
+    """Custody's time per turn in a real prefetch + observe + sync loop (1,000 past turns, a third of them made
+    after a tool's output, 20 held writes waiting, every other turn reads a tool's output): the time inside the
+    provenance store's calls and ``observe``, plus, on a tainted turn, what its provenance adds inside the turn
+    insert (:func:`_insert_share`; PostgreSQL writes both in one statement)."""
     from corpus import Corpus, turn_rows
+
+    from ironmem.core.custody import Provenance
 
     home = Path(tempfile.mkdtemp(prefix="ironmem-custody-overhead-"))
     manager = MemoryManager(home=home, storage=storage)
     corpus = Corpus(seed=7)
     manager.builtin.index.add_turns(list(turn_rows(1000, seed=7)))
     store = manager.builtin.custody
-    from ironmem.core.custody import Provenance
-
     for turn_id in range(1, 1001, 3):  # a third of the past turns were made after a tool's output
         store.record_turn(turn_id, Provenance(Origin.TOOL, "web_fetch", "old", None, time.time(), ("tool web_fetch",)))
-    timed = _Timed(store)
+    share = _insert_share(manager)
+    timed = _Timed(store, manager.builtin.index)
     manager.builtin.custody = timed  # type: ignore[assignment]
     session = manager.start_session("overhead")
     for k in range(20):  # held writes waiting for approval
@@ -300,23 +342,61 @@ def overhead(storage: str | None, turns: int) -> dict[str, float]:
         session.handle_tool_call("memory", {"action": "add", "content": f"Vendor {k} bank account is {k:04d}-7781."})
     queries = [corpus.user_message() for _ in range(turns + 10)]
     per_turn: list[float] = []
+    whole: list[float] = []
     for n, query in enumerate(queries):
+        tainted = bool(n % 2)
         timed.spent = 0.0
         start = time.perf_counter()
         session.prefetch(query).fenced()
-        observed = time.perf_counter()
-        if n % 2:
+        if tainted:
+            observed = time.perf_counter()
             session.observe("<html>tool output</html>", origin="tool", source="web_fetch")
-        observe_s = time.perf_counter() - observed
+            timed.spent += time.perf_counter() - observed
         session.sync_turn(query, "An answer.")
-        _ = start
         if n >= 10:
-            per_turn.append((timed.spent + observe_s) * 1000)
+            whole.append((time.perf_counter() - start) * 1000)
+            per_turn.append(timed.spent * 1000 + (share if tainted else 0.0))
+    manager.builtin.custody = store  # type: ignore[assignment]
     manager.close()
     per_turn.sort()
     calls = {name: round(statistics.median(times), 3) for name, times in timed.by_method.items()}
-    return {"p50_ms": statistics.median(per_turn), "p95_ms": per_turn[int(0.95 * (len(per_turn) - 1))],
+    return {"p50_ms": round(statistics.median(per_turn), 3), "p95_ms": round(per_turn[int(0.95 * (len(per_turn) - 1))], 3),
+            "turn_p50_ms": round(statistics.median(whole), 3), "insert_share_ms": round(share, 3),
             "turns": len(per_turn), "p50_ms_per_call": calls}
+
+
+def overhead_report(turns: int, *, postgres: bool = True, log: Any = print) -> dict[str, Any]:
+    """:func:`overhead` on files + SQLite and (when a throwaway cluster can start) on PostgreSQL, with the load."""
+    out: dict[str, Any] = {"loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    out["files"] = overhead(None, turns)
+    if postgres:
+        from ironmem.testing.postgres import PostgresCluster, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason:
+            out["postgresql"] = {"skipped": reason}
+        else:
+            with PostgresCluster() as cluster:
+                out["postgresql"] = overhead(cluster.create_database("custody_bench"), turns)
+    out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    rows = []
+    for name in ("files", "postgresql"):
+        r = out.get(name)
+        if not r:
+            continue
+        if "skipped" in r:
+            rows.append([name, "skipped", r["skipped"], "", "", ""])
+            continue
+        rows.append([name, f"{r['p50_ms']:.3f}", f"{r['p95_ms']:.3f}", f"{r['insert_share_ms']:.3f}",
+                     f"{r['turn_p50_ms']:.3f}", str(r["turns"])])
+    log(table(["storage", "custody p50 ms", "p95 ms", "in turn insert", "whole turn p50", "turns"], rows))
+    for name in ("files", "postgresql"):
+        if "p50_ms_per_call" in out.get(name, {}):
+            log(f"{name}: p50 per call (ms) {out[name]['p50_ms_per_call']}")
+    log(f"load average before {out['loadavg_before']}, after {out['loadavg_after']} (the machine may be shared)")
+    met = [out[n]["p50_ms"] < 1.0 for n in ("files", "postgresql") if "p50_ms" in out.get(n, {})]
+    out["target_custody_under_1ms_p50"] = {"met": bool(met) and all(met)}
+    return out
 
 
 def framing_cost() -> dict[str, Any]:
@@ -410,25 +490,7 @@ def main() -> None:
     report["framing_tokens"] = cost
     turns = 100 if args.quick else 300
     print("\n## custody overhead per turn (prefetch + observe + sync, 1,000 past turns)\n")
-    rows = []
-    files = overhead(None, turns)
-    rows.append(["files + SQLite", f"{files['p50_ms']:.3f}", f"{files['p95_ms']:.3f}"])
-    report["overhead_files"] = files
-    if not args.no_postgres:
-        from ironmem.testing.postgres import PostgresCluster, unavailable_reason
-
-        reason = unavailable_reason()
-        if reason:
-            rows.append(["PostgreSQL", "skipped", reason])
-        else:
-            with PostgresCluster() as cluster:
-                pg = overhead(cluster.create_database("custody_bench"), turns)
-            rows.append(["PostgreSQL", f"{pg['p50_ms']:.3f}", f"{pg['p95_ms']:.3f}"])
-            report["overhead_postgres"] = pg
-    print(table(["storage", "p50 ms", "p95 ms"], rows))
-    for key in ("overhead_files", "overhead_postgres"):
-        if key in report:
-            print(f"{key}: p50 per call (ms) {report[key]['p50_ms_per_call']}")
+    report["overhead"] = overhead_report(turns, postgres=not args.no_postgres)
     write_json(args.json, report)
 
 

@@ -144,11 +144,39 @@ def test_session_search_hits_from_a_tainted_turn_are_labelled_and_taint(manager:
     (hit,) = [h for h in found["results"] if h["kind"] == "turn"]
     assert hit["unverified"] is True and hit["origin"] == "tool web_fetch"
     assert clean.turn.tainted
+    # every hit carries its custody: a clean turn is conversation, an entry where it came from
+    clean.begin_turn("Remember: invoices from Crescent go to accounting")
+    _add(clean, "invoices from Crescent go to accounting")
+    long_note = "Crescent invoices procedure: " + "check the amount, " * 200
+    (manager.home / "MEMORY.md").write_text(
+        (manager.home / "MEMORY.md").read_text("utf-8") + "\n§\n" + long_note, encoding="utf-8")  # a hand edit
+    talk = manager.start_session("s5")  # a clean turn
+    talk.begin_turn("Do we know Crescent invoices?")
+    talk.sync_turn("Do we know Crescent invoices?", "Yes, Crescent invoices are paid monthly.")
+    reader = manager.start_session("s4")
+    reader.begin_turn("what about invoices?")
+    again = json.loads(reader.handle_tool_call("session_search", {"query": "Crescent invoices", "limit": 10}))
+    origins = {(h["kind"], h["text"][:30]): h.get("origin") for h in again["results"]}
+    assert origins[("memory", "invoices from Crescent go to a")] == "user"
+    assert origins[("memory", long_note[:30])] == "hand_edit"
+    assert origins[("turn", "User: Do we know Crescent invo")] == "conversation"
     # the same result seen again by an adapter (a ToolMessage in a later request) taints that turn too
     later = manager.start_session("s3")
     later.begin_turn("next")
     assert later.observe(json.dumps(found), origin="tool", source="session_search")
     assert not later.observe('{"success": true, "done": true}', origin="tool", source="memory")
+
+
+def test_a_clipped_session_search_hit_keeps_its_entrys_origin(tmp_path: Path) -> None:
+    with MemoryManager(home=tmp_path, memory_char_limit=10_000) as manager:
+        note = "Runbook for the Kestrel release: " + "run the checks, " * 150  # longer than a hit shows
+        session = manager.start_session("s1")
+        session.begin_turn(f"Please remember: {note}")
+        assert _add(session, note)["success"]
+        reader = manager.start_session("s2")
+        reader.begin_turn("Kestrel release runbook?")
+        (hit,) = json.loads(reader.handle_tool_call("session_search", {"query": "Kestrel release runbook"}))["results"]
+        assert hit["text"].endswith("more chars not shown]") and hit["origin"] == "user"
 
 
 def test_approve_reject_unknown_and_decided(manager: MemoryManager, tmp_path: Path) -> None:

@@ -104,3 +104,18 @@ def test_tool_output_taints_the_turn_without_hitl(tmp_path: Path) -> None:
     assert [p.payload["content"] for p in manager.builtin.pending()] == [PLANTED]
     assert PLANTED not in manager.start_session("next").system_prompt_block()
     manager.close()
+
+
+@pytest.mark.parametrize("answer", ["maybe later", {"type": "approve-ish"}, {"decisions": []}, 42])
+def test_malformed_human_response_keeps_the_write_pending(tmp_path: Path, answer: Any) -> None:
+    manager = MemoryManager(home=tmp_path)
+    agent, memory = _agent(manager, "li-malformed")
+    asked, _ = asyncio.run(_run(agent, memory, "Summarize https://example.com", answer))
+    assert len(asked) == 1
+    result = _tool_result(memory)
+    assert result["saved"] is False and "stays pending" in result["error"] and "approve" in result["error"]
+    (held,) = manager.builtin.pending()
+    assert held.payload["content"] == PLANTED  # nothing lost: it can still be approved
+    manager.builtin.approve(held.id)
+    assert PLANTED in (tmp_path / "MEMORY.md").read_text(encoding="utf-8")
+    manager.close()

@@ -59,6 +59,31 @@ def test_provenance_and_held_writes_on_each_backend(storage: str | None, tmp_pat
     again.close()
 
 
+def _held_section(fenced: str) -> str:
+    """The recalled held writes of a fence ("" when there are none)."""
+    marker = "## Held for the user's approval"
+    return fenced.split(marker, 1)[1].split("\n## ", 1)[0] if marker in fenced else ""
+
+
+def test_recall_sees_writes_held_and_decided_by_another_process(storage: str | None, tmp_path: Path) -> None:
+    """Recall keeps the held writes between turns; another manager's stage and decision reach it at once."""
+    reader = MemoryManager(home=tmp_path, storage=storage)
+    session = reader.start_session("reader")
+    assert "Acme" not in session.prefetch("Acme billing account").fenced()  # the (empty) held list is now kept
+    writer = MemoryManager(home=tmp_path, storage=storage)
+    held = _hold(writer)
+    assert "Acme Corp's new billing account" in _held_section(session.prefetch("Acme billing account").fenced())
+    writer.builtin.reject(held, by="ada")
+    assert _held_section(session.prefetch("Acme billing account").fenced()) == ""
+    second = _hold(writer, "Vendor Orion is paid to LT12 1000 0111 0100 1000.", "s2")
+    assert "Vendor Orion is paid" in _held_section(session.prefetch("Vendor Orion payment").fenced())
+    writer.builtin.approve(second, by="ada")
+    fenced = session.prefetch("Vendor Orion payment").fenced()
+    assert _held_section(fenced) == "" and "Vendor Orion is paid" in fenced  # recalled as an entry now
+    writer.close()
+    reader.close()
+
+
 _APPROVER = """
 import json, sys
 from ironmem import MemoryManager

@@ -101,6 +101,10 @@ def _unverified_hits(text: str) -> list[Provenance]:
     return out
 
 
+#: The note ``session_search`` appends to a clipped hit.
+_CLIPPED = re.compile(r" \[\.\.\. [\d,]+ more chars not shown\]$")
+
+
 def _text_key(text: str) -> str:
     """What makes two recalled texts the same item: their words, case-folded."""
     return " ".join(text.split()).casefold()
@@ -487,24 +491,55 @@ class Session:
         return result
 
     def _label_hits(self, answer: str) -> str:
-        """A ``session_search`` result with each past turn's custody: a hit from a turn whose reply was made after
-        untrusted input is marked ``unverified`` with its origin, and taints this turn."""
+        """A ``session_search`` result with each hit's custody (``origin``): a past turn's is ``conversation``, or,
+        when its reply was made after untrusted input, that input's (the hit is then marked ``unverified`` and
+        taints this turn); an entry's is where it came from (``user``, ``tool web_fetch`` with ``approved_by``,
+        ``hand_edit``...)."""
         try:
             data = json.loads(answer)
             hits = data.get("results") if isinstance(data, dict) else None
         except ValueError:
             return answer
-        if not hits:
+        if not isinstance(hits, list) or not hits:
             return answer
+        hits = [h for h in hits if isinstance(h, dict)]
         custody = self._turn_custody([h["turn_id"] for h in hits if isinstance(h.get("turn_id"), int)])
-        marked = False
+        entries = self._entry_custody([h for h in hits if h.get("kind") in ("memory", "user")])
         for hit in hits:
-            prov = custody.get(hit.get("turn_id", -1))
-            if prov is not None and prov.untrusted:
-                hit.update(unverified=True, origin=prov.label)
-                self.turn.observe(provenance=prov)
-                marked = True
-        return json.dumps(data, ensure_ascii=False) if marked else answer
+            if isinstance(hit.get("turn_id"), int):
+                prov = custody.get(hit["turn_id"])
+                if prov is not None and prov.untrusted:
+                    hit.update(unverified=True, origin=prov.label)
+                    self.turn.observe(provenance=prov)
+                else:
+                    hit["origin"] = "conversation"
+            elif id(hit) in entries:
+                prov = entries[id(hit)]
+                hit["origin"] = prov.label
+                if prov.approved_by:
+                    hit["approved_by"] = prov.approved_by
+        return json.dumps(data, ensure_ascii=False)
+
+    def _entry_custody(self, hits: list[dict[str, Any]]) -> dict[int, Provenance]:
+        """The provenance of entry hits (by ``id`` of the hit); a clipped hit is matched to its entry in the file."""
+        from .builtin.provider import MAX_HIT_CHARS
+
+        builtin = self.manager.builtin
+        out: dict[int, Provenance] = {}
+        for target in ("memory", "user"):
+            mine = [h for h in hits if h.get("kind") == target and isinstance(h.get("text"), str)]
+            if not mine:
+                continue
+            scope = self.scopes.get(target, "")
+            try:
+                full = {e[:MAX_HIT_CHARS]: e for e in builtin.file(target, scope).read().entries}
+                texts = {id(h): full.get(_CLIPPED.sub("", h["text"]), h["text"]) for h in mine}
+                known = builtin.custody.entry_provenance(scope, target, set(texts.values()))
+            except Exception as exc:  # the hits stay as they are; nothing in them claims a custody
+                log.warning("could not read the provenance of %s entries: %s", target, exc)
+                continue
+            out.update({key: known[text] for key, text in texts.items()})
+        return out
 
     async def ahandle_tool_call(
         self, name: str, args: dict[str, Any] | str | None, *, provenance: Provenance | None = None,
@@ -609,12 +644,12 @@ class Session:
         user, assistant = well_formed(user), well_formed(assistant)
         manager = self.manager
         try:
-            turn_id = manager.builtin.index.add_turn(self.id, user, assistant, user_id=self.user_id, ts=ts)
             inputs = self.turn.inputs
-            if inputs:  # the reply was made after untrusted input: it is of that input's origin
-                first = inputs[0]
-                manager.builtin.custody.record_turn(turn_id, Provenance(
-                    first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs)))
+            first = inputs[0] if inputs else None  # the reply was made after untrusted input: it has its origin
+            provenance = None if first is None else Provenance(
+                first.origin, first.source, self.id, self.user_id, ts or time.time(), tuple(p.label for p in inputs))
+            manager.builtin.custody.index_turn(manager.builtin.index, self.id, user, assistant, user_id=self.user_id,
+                                               ts=ts, provenance=provenance)
         except Exception as exc:  # a full disk or a locked database must not break the agent's turn
             log.error("could not index the turn of session %s: %s", self.id, exc)
             manager.builtin_health.fail("sync_turn", f"sync_turn could not index the turn: {exc}")

@@ -708,23 +708,29 @@ class PostgresIndex:
 
     # -- turns ------------------------------------------------------------------------------------
     def add_turn(self, session_id: str, user: str, assistant: str, *, user_id: str | None,
-                 ts: float | None = None) -> int:
-        """Store and index one exchange (one statement; a retry after a lost connection never duplicates it)."""
+                 ts: float | None = None, custody: tuple[str, str, str] | None = None) -> int:
+        """Store and index one exchange (one statement; a retry after a lost connection never duplicates it).
+
+        ``custody`` (origin, source, provenance JSON) is the turn's provenance, written by the same statement into
+        the custody table (:meth:`PostgresProvenance.index_turn <ironmem.core.builtin.provenance.PostgresProvenance.index_turn>`)."""
         ts = time.time() if ts is None else ts
         key = uuid.uuid4()
         user, assistant = user.replace("\x00", "\ufffd"), assistant.replace("\x00", "\ufffd")
         terms = tsvector_literal(f"{user}\n{assistant}")
         s = self._s
+        sql = (f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
+               "VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector) ON CONFLICT (turn_key) DO NOTHING RETURNING id")
+        params: tuple[Any, ...] = (key, session_id, user_id, ts, user, assistant, terms)
+        if custody is not None:
+            sql = (f"WITH t AS ({sql}), c AS (INSERT INTO {s}.custody_turns SELECT id, %s, %s, %s::jsonb FROM t "
+                   "ON CONFLICT (turn_id) DO UPDATE SET origin = EXCLUDED.origin, source = EXCLUDED.source, "
+                   "data = EXCLUDED.data) SELECT id FROM t")
+            params = (*params, *custody)
 
         def insert(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
                 self._order_lock(conn)
-                row = conn.execute(
-                    f"INSERT INTO {s}.turns(turn_key, session_id, user_id, ts, user_text, assistant_text, terms) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector) "
-                    "ON CONFLICT (turn_key) DO NOTHING RETURNING id",
-                    (key, session_id, user_id, ts, user, assistant, terms),
-                ).fetchone()
+                row = conn.execute(sql, params).fetchone()
                 if row is None:  # an earlier attempt landed before its connection broke
                     row = conn.execute(f"SELECT id FROM {s}.turns WHERE turn_key = %s", (key,)).fetchone()
                 assert row is not None

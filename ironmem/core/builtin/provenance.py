@@ -37,8 +37,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -53,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..custody import Origin, Provenance, text_key
 from ..errors import InvalidArgumentError, PendingWriteError
 from .index import enable_wal
-from .private import create_private_file, make_private_dirs
+from .private import create_private_file, make_private_dirs, write_private
 from .tools import Operation, parse_operations
 
 if TYPE_CHECKING:
@@ -62,14 +65,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PendingWrite",
+    "hermes_pending_dir",
     "PostgresProvenance",
     "ProvenanceStore",
     "SQLiteProvenance",
     "open_provenance",
 ]
 
-Status = Literal["pending", "approved", "rejected"]
-STATUSES: tuple[str, ...] = ("pending", "approved", "rejected")
+log = logging.getLogger(__name__)
+
+#: A pending write's status; ``resolved``: it was Hermes's too, and Hermes decided it (see SQLiteProvenance).
+Status = Literal["pending", "approved", "rejected", "resolved"]
+STATUSES: tuple[str, ...] = ("pending", "approved", "rejected", "resolved")
 
 
 def _summary(payload: dict[str, Any]) -> str:
@@ -104,6 +111,9 @@ class PendingWrite:
     decided_at: float | None = None
     decided_by: str = ""
     note: str = ""
+    #: The record is also a file of Hermes's pending folder (``pending/memory/<id>.json``): Hermes lists it and may
+    #: decide it there (see :class:`SQLiteProvenance`).
+    hermes: bool = False
 
     @classmethod
     def new(cls, payload: dict[str, Any], scopes: dict[str, str], provenance: Provenance, *,
@@ -150,16 +160,19 @@ class PendingWrite:
         return _summary(self.payload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "payload": self.payload, "scopes": self.scopes, "provenance": self.provenance.to_dict(),
-                "created": self.created, "status": self.status, "decided_at": self.decided_at,
-                "decided_by": self.decided_by, "note": self.note}
+        out = {"id": self.id, "payload": self.payload, "scopes": self.scopes, "provenance": self.provenance.to_dict(),
+               "created": self.created, "status": self.status, "decided_at": self.decided_at,
+               "decided_by": self.decided_by, "note": self.note}
+        if self.hermes:
+            out["hermes"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingWrite:
         return cls(str(data["id"]), dict(data.get("payload") or {}), dict(data.get("scopes") or {}),
                    Provenance.from_dict(data.get("provenance")), float(data.get("created") or 0.0),
                    str(data.get("status") or "pending"), data.get("decided_at"), str(data.get("decided_by") or ""),
-                   str(data.get("note") or ""))
+                   str(data.get("note") or ""), bool(data.get("hermes")))
 
     def to_hermes(self) -> dict[str, Any]:
         """The record as Hermes's ``pending/memory/<id>.json`` holds it (origin in Hermes's names)."""
@@ -218,6 +231,15 @@ class ProvenanceStore(ABC):
     def turn_provenance(self, turn_ids: Iterable[int]) -> dict[int, Provenance]:
         """The recorded provenance of the turns that have one (turns without one are clean)."""
 
+    def index_turn(self, index: Any, session_id: str, user: str, assistant: str, *, user_id: str | None,
+                   ts: float | None, provenance: Provenance | None) -> int:
+        """Store one exchange in ``index`` (``add_turn``) with its provenance (None: a clean turn, no record);
+        returns its turn id. A backend that can write both in one statement does (PostgreSQL)."""
+        turn_id = int(index.add_turn(session_id, user, assistant, user_id=user_id, ts=ts))
+        if provenance is not None:
+            self.record_turn(turn_id, provenance)
+        return turn_id
+
     def recall_custody(self, turn_ids: Iterable[int], *, held: int = 200) -> tuple[dict[int, Provenance],
                                                                                   list[PendingWrite]]:
         """What a prefetch needs, in one call: the provenance of recalled turns and up to ``held`` pending
@@ -271,6 +293,143 @@ class ProvenanceStore(ABC):
     def close(self) -> None: ...
 
 
+# ------------------------------------------------------------------------------------------------ Hermes
+#: Hermes's names for its write origins; what they mean in ironmem (both are the agent writing).
+_HERMES_ORIGINS = ("foreground", "background_review")
+_WARNED: set[str] = set()  # Hermes records already reported as changed (once per process)
+
+
+def hermes_pending_dir(home: Path) -> Path | None:
+    """Hermes's pending folder for memory writes when ``home`` is a Hermes memory folder, else None.
+
+    Hermes keeps MEMORY.md and USER.md in ``$HERMES_HOME/memories`` and, with ``memory.write_approval`` on, stages
+    each held write as ``$HERMES_HOME/pending/memory/<id>.json`` (tools/write_approval.py)."""
+    home = Path(home)
+    return home.parent / "pending" / "memory" if home.name == "memories" else None
+
+
+def _payload_sha256(payload: dict[str, Any]) -> str:
+    """The digest Hermes's newer pending records carry (sorted keys, compact separators, UTF-8)."""
+    data = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _from_hermes(record: Any, name: str) -> PendingWrite | None:
+    """A Hermes pending record as a pending write, or None when it is not one Hermes itself would apply (not a
+    memory record, its id is not its file name, its payload changed after it was staged, or it is being applied)."""
+    if not isinstance(record, dict) or record.get("subsystem") != "memory" or record.get("id") != name:
+        return None
+    payload = record.get("payload")
+    if not isinstance(payload, dict) or record.get("state", "pending") != "pending":
+        return None
+    digest = record.get("payload_sha256")
+    if digest is not None and digest != _payload_sha256(payload):
+        if name not in _WARNED:
+            _WARNED.add(name)
+            log.warning("Hermes pending record %s was changed after it was staged; it is not offered for approval",
+                        name)
+        return None
+    found = record.get("ironmem")
+    extra: dict[str, Any] = found if isinstance(found, dict) else {}
+    if extra.get("provenance"):
+        provenance = Provenance.from_dict(extra["provenance"])
+    else:
+        origin = str(record.get("origin") or "foreground")
+        provenance = Provenance(Origin.ASSISTANT, f"hermes {origin}" if origin in _HERMES_ORIGINS else origin)
+    targets = {str(op.get("target") or payload.get("target") or "memory")
+               for op in (payload.get("operations") if payload.get("action") == "batch" else [payload]) or []
+               if isinstance(op, dict)} or {"memory"}
+    kept = extra.get("scopes")
+    scopes: dict[str, str] = ({str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict)
+                              else {t: "" for t in sorted(targets)})
+    try:
+        created = float(record.get("created_at") or 0.0)
+    except (TypeError, ValueError):
+        created = 0.0
+    return PendingWrite(name, dict(payload), scopes, provenance, created, hermes=True)
+
+
+class _HermesFolder:
+    """Hermes's pending folder seen by ironmem: one JSON record per held write; deciding one removes its file.
+
+    A decision first renames the record to a hidden claim file (atomic: of two deciders, one wins; Hermes does
+    not list it meanwhile), applies the write, then deletes the claim; a write that cannot apply is renamed back.
+    A claim file left by a process that died while applying is put back by the next decider."""
+
+    CLAIM = ".ironmem-claim"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, pending_id: str) -> Path:
+        return self.folder / f"{pending_id}.json"
+
+    def claim_path(self, pending_id: str) -> Path:
+        return self.folder / f".{pending_id}{self.CLAIM}"
+
+    def signature(self) -> tuple[int, int] | None:
+        """Changes whenever a record is added or removed (the folder's mtime); None while it is too fresh to trust
+        (two changes within one clock tick leave the same mtime)."""
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            return (0, 0)
+        return None if time.time_ns() - mtime < 50_000_000 else (mtime, 1)
+
+    def records(self) -> dict[str, PendingWrite]:
+        """The pending records in the folder (a claimed one counts: its decider may still put it back)."""
+        out: dict[str, PendingWrite] = {}
+        if not self.folder.is_dir():
+            return out
+        for path in self.folder.iterdir():
+            name = path.name
+            if name.endswith(".json") and not name.startswith("."):
+                pid = name[: -len(".json")]
+            elif name.startswith(".") and name.endswith(self.CLAIM):
+                pid = name[1: -len(self.CLAIM)]
+            else:
+                continue
+            try:
+                found = _from_hermes(json.loads(path.read_text(encoding="utf-8-sig")), pid)
+            except (OSError, ValueError):
+                continue  # vanished meanwhile, or unreadable (Hermes skips those too)
+            if found is not None:
+                out[pid] = found
+        return out
+
+    def write(self, pending: PendingWrite) -> None:
+        """Stage ``pending`` where Hermes lists it (its record format, plus ironmem's custody under ``ironmem``)."""
+        record = {**pending.to_hermes(), "payload_sha256": _payload_sha256(pending.payload),
+                  "ironmem": {"provenance": pending.provenance.to_dict(), "scopes": pending.scopes}}
+        write_private(self.path(pending.id), (json.dumps(record, ensure_ascii=False, indent=2) + "\n").encode())
+
+    def restore_orphans(self) -> None:
+        """Put back the claims of deciders that died (called under the custody store's write lock, which every
+        live decider holds while its claim exists)."""
+        if not self.folder.is_dir():
+            return
+        for path in self.folder.glob(f".*{self.CLAIM}"):
+            target = self.path(path.name[1: -len(self.CLAIM)])
+            with contextlib.suppress(OSError):
+                os.replace(path, target)
+
+    def claim(self, pending_id: str) -> bool:
+        """Take the record out of Hermes's list for deciding; False when it is gone (Hermes decided it)."""
+        try:
+            os.rename(self.path(pending_id), self.claim_path(pending_id))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def release(self, pending_id: str) -> None:
+        """The write could not apply: the record is pending again."""
+        os.replace(self.claim_path(pending_id), self.path(pending_id))
+
+    def consume(self, pending_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.claim_path(pending_id))
+
+
 # ------------------------------------------------------------------------------------------------ SQLite
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS custody_entries (
@@ -285,17 +444,31 @@ CREATE TABLE IF NOT EXISTS custody_pending (
     id TEXT PRIMARY KEY, status TEXT NOT NULL, created REAL NOT NULL, data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS custody_pending_status ON custody_pending (status, created);
+CREATE TABLE IF NOT EXISTS custody_state (id INTEGER PRIMARY KEY CHECK (id = 1), held_version INTEGER NOT NULL);
+INSERT OR IGNORE INTO custody_state VALUES (1, 0);
 """
+_SQLITE_BUMP = "UPDATE custody_state SET held_version = held_version + 1 WHERE id = 1"
+
+#: What a pending write that Hermes decided looks like here: Hermes deletes the record on approve and on reject
+#: alike and keeps no trace of which, so ironmem says only that it was decided there.
+_DECIDED_IN_HERMES = "decided in Hermes (its pending record is gone; Hermes does not record approve or reject)"
 
 
 class SQLiteProvenance(ProvenanceStore):
     """The files backend's custody: a SQLite sidecar (``<home>/.ironmem/custody.db``), WAL, one locked connection.
 
-    ``read_only`` opens an existing file without writing anything (a missing file reads as empty)."""
+    ``read_only`` opens an existing file without writing anything (a missing file reads as empty).
+    ``hermes_pending`` is Hermes's pending folder when the home is a Hermes memory folder
+    (:func:`hermes_pending_dir`): its records are pending writes here too (listed, approved, rejected), and a write
+    ironmem holds for Hermes's own files is staged there as well, so Hermes's ``/memory pending`` lists it.
 
-    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+    The held writes are read once and kept until another connection commits (``PRAGMA data_version``), this one
+    writes, or Hermes's folder changes: a turn's recall then costs one indexed query for the turns' provenance."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, hermes_pending: Path | None = None) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self.hermes = _HermesFolder(Path(hermes_pending)) if hermes_pending is not None else None
         self._lock = threading.RLock()
         if read_only:
             if self.path.is_file():
@@ -316,6 +489,7 @@ class SQLiteProvenance(ProvenanceStore):
             self._conn.executescript(_SQLITE_SCHEMA)
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._depth = 0  # open write transactions of this connection (decide() applies inside one)
+        self._held: tuple[Any, list[PendingWrite]] | None = None  # (version, pending writes), see _held_writes
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -335,6 +509,7 @@ class SQLiteProvenance(ProvenanceStore):
             finally:
                 self._depth -= 1
 
+    # -- entries and turns ------------------------------------------------------------------------
     def record_entries(self, scope: str, target: str, texts: Iterable[str], provenance: Provenance) -> None:
         data = json.dumps(provenance.to_dict(), ensure_ascii=False)
         rows = [(scope, target, text_key(t), provenance.origin.value, provenance.source, data) for t in texts]
@@ -367,21 +542,83 @@ class SQLiteProvenance(ProvenanceStore):
             ).fetchall()
         return {int(i): Provenance.from_dict(json.loads(d)) for i, d in rows}
 
+    # -- pending writes ---------------------------------------------------------------------------
+    def _version(self) -> Any:
+        """A token that changes whenever the held writes may have changed (None: do not trust a cached list):
+        the version every stage and decision bumps in its transaction, and the state of Hermes's folder."""
+        folder = self.hermes.signature() if self.hermes is not None else (0, 0)
+        if folder is None:
+            return None
+        try:
+            row = self._conn.execute("SELECT held_version FROM custody_state WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:  # a file of an older ironmem, opened read-only: no version to trust
+            return None
+        return (row[0] if row else None, folder)
+
+    def _resolve(self, row: PendingWrite, files: dict[str, PendingWrite]) -> PendingWrite:
+        """A stored record as it stands now: one that is also Hermes's and whose file is gone was decided there."""
+        if row.status == "pending" and row.hermes and row.id not in files:
+            return replace(row, status="resolved", note=_DECIDED_IN_HERMES)
+        return row
+
+    def _all(self) -> list[PendingWrite]:
+        """Every pending write of any status, oldest first: the table's, and Hermes's records it does not hold."""
+        with self._lock:
+            rows = [PendingWrite.from_dict(json.loads(r[0])) for r in self._conn.execute(
+                "SELECT data FROM custody_pending").fetchall()]
+        files = self.hermes.records() if self.hermes is not None else {}
+        known = {r.id for r in rows}
+        out = [self._resolve(r, files) for r in rows] + [f for pid, f in files.items() if pid not in known]
+        out.sort(key=lambda p: (p.created, p.id))
+        return out
+
+    def _held_writes(self) -> list[PendingWrite]:
+        """The writes still pending, oldest first, read again only when something changed (see :meth:`_version`)."""
+        with self._lock:
+            version = self._version()
+            if version is not None and self._held is not None and self._held[0] == version:
+                return self._held[1]
+            if self.hermes is None:
+                held = [PendingWrite.from_dict(json.loads(r[0])) for r in self._conn.execute(
+                    "SELECT data FROM custody_pending WHERE status = 'pending' ORDER BY created, id").fetchall()]
+            else:
+                held = [p for p in self._all() if p.status == "pending"]
+            self._held = (version, held)
+            return held
+
+    def recall_custody(self, turn_ids: Iterable[int], *, held: int = 200) -> tuple[dict[int, Provenance],
+                                                                                  list[PendingWrite]]:
+        return self.turn_provenance(turn_ids), (self._held_writes()[:held] if held else [])
+
     def stage(self, pending: PendingWrite) -> PendingWrite:
         with self._write() as conn:
             row = conn.execute("SELECT data FROM custody_pending WHERE id = ?", (pending.id,)).fetchone()
             if row is not None:
                 return PendingWrite.from_dict(json.loads(row[0]))
+            if self.hermes is not None and pending.scopes and not any(pending.scopes.values()):
+                pending = replace(pending, hermes=True)  # Hermes's own files: Hermes lists it too
+                self.hermes.write(pending)
             conn.execute("INSERT INTO custody_pending VALUES (?, ?, ?, ?)",
                          (pending.id, pending.status, pending.created, json.dumps(pending.to_dict(), ensure_ascii=False)))
+            conn.execute(_SQLITE_BUMP)
         return pending
 
     def get(self, pending_id: str) -> PendingWrite | None:
         with self._lock:
             row = self._conn.execute("SELECT data FROM custody_pending WHERE id = ?", (str(pending_id),)).fetchone()
-        return PendingWrite.from_dict(json.loads(row[0])) if row else None
+        if self.hermes is None:
+            return PendingWrite.from_dict(json.loads(row[0])) if row else None
+        files = self.hermes.records()
+        if row is not None:
+            return self._resolve(PendingWrite.from_dict(json.loads(row[0])), files)
+        return files.get(str(pending_id))
 
     def pending(self, *, status: str = "pending", limit: int = 1000) -> list[PendingWrite]:
+        if status == "pending":
+            return self._held_writes()[: int(limit)]
+        if self.hermes is not None:
+            found = self._all()
+            return [p for p in found if status == "all" or p.status == status][: int(limit)]
         query = "SELECT data FROM custody_pending"
         params: tuple[Any, ...] = ()
         if status != "all":
@@ -394,15 +631,35 @@ class SQLiteProvenance(ProvenanceStore):
     def decide(self, pending_id: str, status: str, *, apply: Apply | None = None, by: str = "",
                note: str = "", edited: dict[str, Any] | None = None) -> PendingWrite:
         _check_status(status)
+        pending_id = str(pending_id)
         with self._write() as conn:
-            row = conn.execute("SELECT data FROM custody_pending WHERE id = ?", (str(pending_id),)).fetchone()
-            if row is None:
+            row = conn.execute("SELECT data FROM custody_pending WHERE id = ?", (pending_id,)).fetchone()
+            found = PendingWrite.from_dict(json.loads(row[0])) if row is not None else None
+            hermes = self.hermes
+            if hermes is not None:
+                hermes.restore_orphans()
+                if found is None:
+                    found = hermes.records().get(pending_id)
+            if found is None:
                 raise _unknown(pending_id)
-            done = self._decided(PendingWrite.from_dict(json.loads(row[0])), status, by, note, apply, edited)
-            conn.execute("UPDATE custody_pending SET status = ?, data = ? WHERE id = ?",
-                         (done.status, json.dumps(done.to_dict(), ensure_ascii=False), done.id))
+            if found.status != "pending" or hermes is None or not found.hermes:
+                done = self._decided(found, status, by, note, apply, edited)
+            elif not hermes.claim(pending_id):  # Hermes decided it: its record is gone (reads say so too)
+                raise PendingWriteError(f"pending write {pending_id} was already {_DECIDED_IN_HERMES}; nothing was "
+                                        "changed. List the open ones with `ironmem review`")
+            else:
+                try:
+                    done = self._decided(found, status, by, note, apply, edited)
+                except BaseException:
+                    hermes.release(pending_id)
+                    raise
+                hermes.consume(pending_id)  # before the commit: Hermes must never apply a write decided here
+            conn.execute("INSERT OR REPLACE INTO custody_pending VALUES (?, ?, ?, ?)",
+                         (done.id, done.status, done.created, json.dumps(done.to_dict(), ensure_ascii=False)))
+            conn.execute(_SQLITE_BUMP)
         return done
 
+    # -- audit ------------------------------------------------------------------------------------
     def entry_records(self) -> list[tuple[str, str, str, Provenance]]:
         with self._lock:
             rows = self._conn.execute("SELECT scope, target, key, data FROM custody_entries").fetchall()
@@ -433,16 +690,30 @@ CREATE TABLE IF NOT EXISTS {s}.custody_pending (
     id text PRIMARY KEY, status text NOT NULL, created double precision NOT NULL, data jsonb NOT NULL
 );
 CREATE INDEX IF NOT EXISTS custody_pending_status ON {s}.custody_pending (status, created);
+CREATE TABLE IF NOT EXISTS {s}.custody_state (
+    id int PRIMARY KEY CHECK (id = 1), held_version bigint NOT NULL
+);
+INSERT INTO {s}.custody_state VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
 """
+#: Bumps the version of the held writes, in the statement or transaction that changes them (see recall_custody).
+_PG_BUMP = "UPDATE {s}.custody_state SET held_version = held_version + 1 WHERE id = 1"
 
 
 class PostgresProvenance(ProvenanceStore):
-    """The PostgreSQL backend's custody: tables in the storage's schema, through its connection pool and retries."""
+    """The PostgreSQL backend's custody: tables in the storage's schema, through its connection pool and retries.
+
+    Per turn it costs one round trip: the recalled turns' provenance and the version of the held writes in one
+    statement (the held writes themselves are read again only when their version moved: every stage and decision
+    bumps it in the same transaction, so a reader that sees the new version sees the new rows); a tainted turn's
+    provenance is written by the statement that stores the turn (:meth:`index_turn`)."""
 
     def __init__(self, storage: PostgresStorage, *, read_only: bool = False) -> None:
         self.storage = storage
         self.s = storage.schema
         self.read_only = read_only
+        self._bump = _PG_BUMP.format(s=self.s)
+        self._held: tuple[int, list[PendingWrite]] | None = None
+        self._held_lock = threading.Lock()
         if not read_only:
             self._create()
 
@@ -450,7 +721,7 @@ class PostgresProvenance(ProvenanceStore):
         sql = _PG_SCHEMA.format(s=self.s)
 
         def create(conn: Any) -> None:
-            exists = conn.execute("SELECT to_regclass(%s)", (f"{self.s}.custody_pending",)).fetchone()[0]
+            exists = conn.execute("SELECT to_regclass(%s)", (f"{self.s}.custody_state",)).fetchone()[0]
             if exists:
                 return
             with conn.transaction():
@@ -496,6 +767,18 @@ class PostgresProvenance(ProvenanceStore):
 
         self._run("recording the provenance of a turn", insert)
 
+    def index_turn(self, index: Any, session_id: str, user: str, assistant: str, *, user_id: str | None,
+                   ts: float | None, provenance: Provenance | None) -> int:
+        """The turn and its provenance in one statement of the turn's own transaction: both land or neither (a
+        tainted turn can never be stored looking clean), and custody adds no round trip."""
+        from .postgres import PostgresIndex
+
+        if provenance is None or not isinstance(index, PostgresIndex) or index.storage is not self.storage:
+            return super().index_turn(index, session_id, user, assistant, user_id=user_id, ts=ts,
+                                      provenance=provenance)
+        custody = (provenance.origin.value, provenance.source, json.dumps(provenance.to_dict()))
+        return int(index.add_turn(session_id, user, assistant, user_id=user_id, ts=ts, custody=custody))
+
     def turn_provenance(self, turn_ids: Iterable[int]) -> dict[int, Provenance]:
         ids = [int(i) for i in turn_ids]
         if not ids:
@@ -509,26 +792,50 @@ class PostgresProvenance(ProvenanceStore):
         result: dict[int, Provenance] = self._run("reading turn provenance", query, "")
         return result
 
+    #: Held writes recall looks at (the newest are shown first; a longer queue is for ``ironmem review``).
+    HELD_CACHE = 1000
+
     def recall_custody(self, turn_ids: Iterable[int], *, held: int = 200) -> tuple[dict[int, Provenance],
                                                                                   list[PendingWrite]]:
         ids = [int(i) for i in turn_ids]
+        s = self.s
 
         def query(conn: Any) -> tuple[dict[int, Provenance], list[PendingWrite]]:
             rows = conn.execute(
-                f"SELECT 't', turn_id::text, data FROM {self.s}.custody_turns WHERE turn_id = ANY(%s) UNION ALL "
-                f"(SELECT 'p', id, data FROM {self.s}.custody_pending WHERE status = 'pending' "
-                "ORDER BY created, id LIMIT %s)", (ids, int(held))).fetchall()
+                f"SELECT 'v', held_version, NULL::jsonb FROM {s}.custody_state UNION ALL "
+                f"SELECT 't', turn_id, data FROM {s}.custody_turns WHERE turn_id = ANY(%s)", (ids,)).fetchall()
             turns = {int(key): Provenance.from_dict(data) for kind, key, data in rows if kind == "t"}
-            return turns, [PendingWrite.from_dict(data) for kind, _, data in rows if kind == "p"]
+            version = next((int(key) for kind, key, _ in rows if kind == "v"), None)
+            if not held:
+                return turns, []
+            with self._held_lock:
+                cached = self._held
+            if version is None or cached is None or cached[0] != version:
+                cached = self._read_held(conn)
+            return turns, cached[1][:held]
 
         result: tuple[dict[int, Provenance], list[PendingWrite]] = self._run("reading custody for recall", query, "")
         return result
 
+    def _read_held(self, conn: Any) -> tuple[int, list[PendingWrite]]:
+        """The held writes with their version, from one snapshot (one statement), kept for the next turns."""
+        rows = conn.execute(
+            f"SELECT 'v', held_version::text, NULL::jsonb FROM {self.s}.custody_state UNION ALL "
+            f"(SELECT 'p', id, data FROM {self.s}.custody_pending WHERE status = 'pending' "
+            "ORDER BY created, id LIMIT %s)", (self.HELD_CACHE,)).fetchall()
+        version = next((int(key) for kind, key, _ in rows if kind == "v"), -1)
+        found = (version, [PendingWrite.from_dict(data) for kind, _, data in rows if kind == "p"])
+        with self._held_lock:
+            self._held = found
+        return found
+
     def stage(self, pending: PendingWrite) -> PendingWrite:
         def insert(conn: Any) -> PendingWrite:
             row = conn.execute(
-                f"INSERT INTO {self.s}.custody_pending VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT (id) DO NOTHING "
-                "RETURNING id", (pending.id, pending.status, pending.created, json.dumps(pending.to_dict()))).fetchone()
+                f"WITH new AS (INSERT INTO {self.s}.custody_pending VALUES (%s, %s, %s, %s::jsonb) "
+                "ON CONFLICT (id) DO NOTHING RETURNING id), "
+                f"bump AS ({self._bump} AND EXISTS (SELECT 1 FROM new)) SELECT id FROM new",
+                (pending.id, pending.status, pending.created, json.dumps(pending.to_dict()))).fetchone()
             if row is not None:
                 return pending
             found = conn.execute(f"SELECT data FROM {self.s}.custody_pending WHERE id = %s", (pending.id,)).fetchone()
@@ -570,6 +877,7 @@ class PostgresProvenance(ProvenanceStore):
                 done = self._decided(PendingWrite.from_dict(row[0]), status, by, note, apply, edited)
                 conn.execute(f"UPDATE {self.s}.custody_pending SET status = %s, data = %s::jsonb WHERE id = %s",
                              (done.status, json.dumps(done.to_dict()), done.id))
+                conn.execute(self._bump)  # last: the version row is held only until the commit
                 return done
 
         result: PendingWrite = self._run(f"deciding pending write {pending_id}", attempt,
@@ -601,7 +909,8 @@ def open_provenance(storage: MemoryStorage, *, home: Path, read_only: bool = Fal
     from .storage import FileStorage
 
     if isinstance(storage, FileStorage) or getattr(storage, "kind", "") == "files":
-        return SQLiteProvenance(Path(home) / ".ironmem" / "custody.db", read_only=read_only)
+        return SQLiteProvenance(Path(home) / ".ironmem" / "custody.db", read_only=read_only,
+                                hermes_pending=hermes_pending_dir(Path(home)))
     if getattr(storage, "kind", "") == "postgresql":
         return PostgresProvenance(storage, read_only=read_only)  # type: ignore[arg-type]
     # Another MemoryStorage (a test double, a custom backend): keep custody in a sidecar under the home.
