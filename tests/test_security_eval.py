@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 import security_eval
 
 #: The band this package ships in. The issue's target is detection >= 85% (security_eval.TARGETS); the simple
-#: package reaches about 70% on its own and custody carries the rest, so the floor sits below today's figure.
-BAND = {"detection": 0.65, "false_positive": 0.01}
+#: package reaches about 74% on its own and custody carries the rest, so the floor sits below today's figure.
+BAND = {"detection": 0.70, "false_positive": 0.01}
 
 
 @pytest.fixture(scope="module")

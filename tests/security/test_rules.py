@@ -45,6 +45,18 @@ def test_needs_hold_for_every_match_example() -> None:
             assert not rule.needs or any(w in plain(text) for w in rule.needs), (rule.id, text)
 
 
+def test_needs_never_hide_a_match_in_the_corpus() -> None:
+    """The same check on every text of the security corpus: a pattern that matches is always tried."""
+    import json
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parents[1] / "data" / "security" / "corpus.jsonl"
+    for line in corpus.read_text(encoding="utf-8").splitlines():
+        view = plain(json.loads(line)["text"])
+        hidden = [r.id for r in RULES if r.pattern.search(view) and not r.search(view)]
+        assert not hidden, (hidden, view[:200])
+
+
 def test_a_bad_rules_file_names_the_rule_and_what_to_do() -> None:
     with pytest.raises(ValueError, match="x.bad has category 'nope'"):
         load_rules("- {id: x.bad, category: nope, pattern: a}")

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -89,56 +90,62 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return pw[:n], ipw[:n]
 
 
-def _bucket(h: np.ndarray, salt: np.uint64) -> np.ndarray:
+def _bucket(h: np.ndarray) -> np.ndarray:
     """A 64-bit mix of each hash (in place), reduced to a bucket below DIM."""
     with np.errstate(over="ignore"):
-        h ^= salt
         h *= _MIX
         h ^= h >> np.uint64(29)
         h *= _MIX
-    halves = h.view(np.uint32).reshape(-1, 2)
-    out = halves[:, 0] ^ halves[:, 1]
-    out &= np.uint32(DIM - 1)
-    return out
+    h >>= np.uint64(64 - DIM.bit_length() + 1)
+    return h.astype(np.uint32)
 
 
-def _word_mask(cps: np.ndarray) -> np.ndarray:
-    """Letters and digits (ASCII, and anything above U+00C0 that is not general or CJK punctuation)."""
-    ascii_word = ((cps >= 48) & (cps <= 57)) | ((cps >= 97) & (cps <= 122)) | ((cps >= 65) & (cps <= 90))
-    punct = (((cps >= 0x2000) & (cps <= 0x206F)) | ((cps >= 0x3000) & (cps <= 0x303F))
-             | ((cps >= 0xFF00) & (cps <= 0xFF0F)) | ((cps >= 0xFF1A) & (cps <= 0xFF20)))
-    return ascii_word | ((cps >= 0xC0) & ~punct)
+def _word_table() -> np.ndarray:
+    """Word characters of the BMP: ASCII letters and digits, and anything from U+00C0 on that is not general or
+    CJK punctuation (everything above the BMP counts as a word character)."""
+    table = np.ones(0x10000, dtype=np.int8)
+    table[:0xC0] = 0
+    for a, b in ((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)):
+        table[a : b + 1] = 1
+    for a, b in ((0x2000, 0x206F), (0x3000, 0x303F), (0xFF00, 0xFF0F), (0xFF1A, 0xFF20)):
+        table[a : b + 1] = 0
+    return table
+
+
+_WORD = _word_table()
+
+
+@functools.lru_cache(maxsize=256)
+def _char_spans(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of every character n-gram (n in CHAR_NS) of a text of ``n`` characters."""
+    starts = [np.arange(n - k + 1, dtype=np.int64) for k in CHAR_NS if n >= k]
+    ends = [a + k for a, k in zip(starts, CHAR_NS)]
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(starts), np.concatenate(ends)) if starts else (empty, empty)
 
 
 def _hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(bucket, start position) of every n-gram and word feature of ``text``: rolling polynomial hashes,
-    position-independent through the modular inverse of the base."""
+    position-independent through the modular inverse of the base, gathered and mixed in one pass."""
     n = len(text)
     if n == 0:
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
     cps32 = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     pw, ipw = _powers(n + 1)
     pref = np.zeros(n + 1, dtype=np.uint64)
+    mask = np.zeros(n + 2, dtype=np.int8)
+    mask[1:-1] = _WORD[np.minimum(cps32, 0xFFFF)]
+    edges = np.flatnonzero(mask[1:] != mask[:-1])  # word starts and ends, alternating
+    ws, we = edges[0::2], edges[1::2]
+    cs, ce = _char_spans(n)
+    starts, ends = np.concatenate((cs, ws)), np.concatenate((ce, we))
     with np.errstate(over="ignore"):
         np.cumsum((cps32.astype(np.uint64) + np.uint64(1)) * pw[:n], out=pref[1:])
-        idx, pos = [], []
-        for k in CHAR_NS:
-            if n >= k:
-                m = n - k + 1
-                idx.append(_bucket((pref[k:] - pref[:m]) * ipw[:m], np.uint64(k)))
-                pos.append(np.arange(m, dtype=np.int64))
-        edges = np.diff(np.concatenate(([0], _word_mask(cps32).astype(np.int8), [0])))
-        ws, we = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-        if len(ws):
-            wh = (pref[we] - pref[ws]) * ipw[ws]
-            if len(ws) > 1:
-                idx.append(_bucket(wh[:-1] * _P + wh[1:], _SALT_BIGRAM))
-                pos.append(ws[:-1])
-            idx.append(_bucket(wh, _SALT_WORD))
-            pos.append(ws)
-    if not idx:
-        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
-    return np.concatenate(idx), np.concatenate(pos)
+        h = (pref[ends] - pref[starts]) * ipw[starts]
+        words = h[len(cs):]
+        words ^= _SALT_WORD
+        bigrams = words[:-1] * _P + words[1:] ^ _SALT_BIGRAM
+    return _bucket(np.concatenate((h, bigrams))), np.concatenate((starts, ws[:-1]))
 
 
 def prepare(text: str) -> str:

@@ -31,7 +31,9 @@ class Thresholds:
     """The scanner's numbers (the classifier's are chosen by ``tools/train_scanner.py``, which prints the
     score that keeps out-of-fold false positives at 1%)."""
 
-    write: float = 0.85  #: the classifier blocks a memory write on its own at this score
+    #: the classifier blocks a memory write on its own at this score: at or above the trainer's suggestion, and
+    #: above every clean Hermes case (tests/test_security_hermes.py)
+    write: float = 0.80
     recall: float = 0.95  #: ... a recalled item (ordinary conversation: it must be surer)
     max_growth: int = 4  #: a plain view more than this many times the input's length is refused
 
