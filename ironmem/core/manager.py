@@ -353,7 +353,7 @@ class MemoryManager:
         from .builtin.vectors import EmbeddingsUnavailable, embeddings_missing
 
         auto = embeddings is None or (isinstance(embeddings, str) and embeddings == "auto")
-        index = self.builtin.index
+        index: Any = self.builtin.index  # a SearchIndex (files + SQLite) has vectors; PostgreSQL has not
         enable = getattr(index, "enable_vectors", None)
         if embeddings is False or (not auto and not embeddings):
             if enable is not None:

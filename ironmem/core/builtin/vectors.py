@@ -170,6 +170,13 @@ _NEEDS = {  # the packages each local model needs (pip name, module), besides sq
 }
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken install
+        return False
+
+
 def embeddings_missing(model: str = "default") -> str:
     """Why hybrid recall with the local ``model`` cannot run here ("" when it can).
 
@@ -178,8 +185,7 @@ def embeddings_missing(model: str = "default") -> str:
     names = ("e5", "minilm") if model == "default" else (model,)
     reasons = []
     for name in names:
-        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec"))
-                   if importlib.util.find_spec(module) is None]
+        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec")) if not _installed(module)]
         if not missing:
             break
         reasons.append(f"{', '.join(missing)} not installed")
