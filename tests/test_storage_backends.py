@@ -607,3 +607,16 @@ def test_provenance_rides_along_through_the_archive(make_manager: Callable[..., 
     assert _add(manager.start_session("s1"), "y" * 50)["success"]
     (moved,) = manager.builtin.archive_state("memory").archived_now()
     assert moved.text == "x" * 50 and moved.provenance == origin
+
+
+def test_default_recall_per_backend(home: Path, storage_spec: str | None, backend: str) -> None:
+    """The default (``embeddings="auto"``): hybrid on files + SQLite where the model is installed; PostgreSQL has no
+    vectors yet and recalls lexically, saying so (docs/recall.md). The lexical ranking is the backends' shared one."""
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    with MemoryManager(home=home, storage=storage_spec) as manager:
+        recall = manager.status()["recall"]
+    if backend == "files" and not embeddings_missing():
+        assert recall["mode"] == "hybrid"
+    else:
+        assert recall["mode"] == "lexical" and recall["reason"]
