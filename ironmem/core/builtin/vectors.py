@@ -519,6 +519,7 @@ class VectorIndex:
         self._stop = False
         self.error: str = ""
         driver = _driver()
+        from .index import enable_wal
         from .private import create_private_file
 
         create_private_file(self.path)  # 0600 before SQLite opens it (its -wal/-shm files get the same mode)
@@ -526,7 +527,7 @@ class VectorIndex:
         self._conn.enable_load_extension(True)
         sqlite_vec.load(self._conn)
         self._conn.enable_load_extension(False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        enable_wal(self._conn)
         self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self.dims = self._open_tables()
         self._thread = threading.Thread(target=self._run, name="ironmem-embed", daemon=True)
