@@ -78,6 +78,7 @@ __all__ = [
     "SettingsPlan",
     "export_memory",
     "export_records",
+    "header",
     "hermes_records",
     "import_records",
     "plan_settings",
@@ -92,6 +93,11 @@ STATUSES = ("current", "archived", "superseded")
 SETTINGS = ("memory_char_limit", "memory_per_user", "overflow", "prefetch_timeout", "tool_budget",
             "user_char_limit")
 _NO_LIMIT = 2**62
+
+
+def header() -> dict[str, Any]:
+    """The first record of every file in this format."""
+    return {"format": FORMAT, "kind": "header", "version": VERSION}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -124,7 +130,7 @@ def export_records(manager: MemoryManager) -> Iterator[dict[str, Any]]:
     from .builtin.archive import ArchiveState
 
     builtin = manager.builtin
-    yield {"format": FORMAT, "kind": "header", "version": VERSION}
+    yield header()
     for key, value in sorted(_settings(manager).items()):
         yield {"kind": "setting", "key": key, "value": value}
     custody = {(s, t, k): p for s, t, k, p in builtin.custody.entry_records()}
@@ -257,7 +263,7 @@ def hermes_records(folder: str | os.PathLike[str], *, user_id: str | None = None
     if not any(f.is_file() for f in files.values()):
         raise ConfigError(f"{folder} holds no MEMORY.md or USER.md; pass a Hermes memory folder "
                           "(~/.hermes/memories) or an `ironmem export` file")
-    yield {"format": FORMAT, "kind": "header", "version": VERSION}
+    yield header()
     for target, file in files.items():
         if not file.is_file():
             continue

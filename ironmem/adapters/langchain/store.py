@@ -50,6 +50,7 @@ from langgraph.store.base import (
 from ...core.builtin.tools import Operation
 from ...core.items import ItemTable, StoredItem, entry_namespace, item_text, rank_items
 from ...core.manager import MemoryManager
+from ...core.portable import header
 
 __all__ = ["IronStore", "store_records"]
 
@@ -238,7 +239,7 @@ def store_records(store: BaseStore, *, page: int = 1000) -> Iterator[dict[str, A
     """Every item of any LangGraph ``store`` as ``store_item`` records of ironmem's export format
     (:mod:`ironmem.core.portable`); items in a memory namespace (``("memories", user)``...) become entries on
     import."""
-    yield {"format": "ironmem", "kind": "header", "version": 1}
+    yield header()
     namespaces: list[tuple[str, ...]] = []
     while True:
         batch = store.list_namespaces(limit=page, offset=len(namespaces))
