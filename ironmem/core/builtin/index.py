@@ -450,7 +450,7 @@ class SearchIndex:
         """Add dense vectors beside this index (``vectors.db`` next to it) and fuse them into search.
 
         ``embedder`` True (or ``"default"``) means the best local model that runs here (``ironmem[embeddings]``:
-        e5, else MiniLM; :func:`~.vectors.default_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
+        e5, else MiniLM, one instance per process: :func:`~.vectors.shared_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
         embedder that :func:`ironmem.core.embedding.as_embedder` accepts. Turns and entries are embedded by a background
         worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
         cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
@@ -460,8 +460,8 @@ class SearchIndex:
             EmbeddingsUnavailable,
             MiniLMEmbedder,
             VectorIndex,
-            default_embedder,
             embeddings_missing,
+            shared_embedder,
         )
 
         if self.vectors is not None:
@@ -473,7 +473,7 @@ class SearchIndex:
                 missing = embeddings_missing(local)
                 if missing:
                     raise EmbeddingsUnavailable(missing)
-                embedder = {"default": default_embedder, "e5": E5Embedder, "minilm": MiniLMEmbedder}[local]()
+                embedder = shared_embedder(local)  # one model per process, whatever the number of indexes
             self.vectors = VectorIndex(
                 path or self.path.with_name("vectors.db"), embedder, turns=self._turns_after, entries=self._all_entries
             )
@@ -525,6 +525,11 @@ class SearchIndex:
             return []
         hits: list[SearchHit] = []
         targets = [kind for kind in kinds if kind != "turn"]  # "memory", "user", or scoped "user@<folder>"
+        if self.vectors is not None:  # before the lock: the worker reads turns under it while it embeds
+            try:
+                self.vectors.catch_up()
+            except Exception as exc:
+                log.warning("embedding the newest turns failed, they rank lexically: %s", exc)
         with self._lock:
             if targets:
                 rows = self._conn.execute(
@@ -548,8 +553,9 @@ class SearchIndex:
         ``dense = max(0, z - DENSE_FLOOR * c) / ((DENSE_SCALE - DENSE_FLOOR) * c)``, ``c = sqrt(2 ln N)``, for turns
         (``z``: the similarity's z-score over all N turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
 
-        Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
-        embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
+        Entries and turns are fused separately (two lexical and two dense lists). The few turns the worker has not
+        embedded yet are embedded first (``VectorIndex.catch_up``); a turn of a longer backlog ranks by its lexical
+        rank until the worker reaches it. Falls back to lexical-only when the query cannot be
         embedded. Caller holds ``self._lock``.
         """
         depth = max(FUSION_DEPTH, 4 * limit)

@@ -46,7 +46,7 @@ from typing import Any
 from ..errors import IronMemError
 
 __all__ = ["E5_MODEL_ID", "MODEL_ID", "E5Embedder", "EmbeddingsUnavailable", "MiniLMEmbedder", "TurnMoments",
-           "VectorIndex", "default_embedder", "embeddings_missing", "split_windows", "turn_windows"]
+           "VectorIndex", "default_embedder", "embeddings_missing", "shared_embedder", "split_windows", "turn_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,9 @@ MESSAGE_CHARS = MAX_WINDOWS * WINDOW * 16
 CHARS_PER_PIECE = 4
 #: Windows read per turn asked for in a nearest-neighbour search (a turn can hold several near windows).
 FANOUT = 8
+#: A search embeds the turns the worker has not reached yet itself when they hold at most this many characters
+#: (:meth:`VectorIndex.catch_up`): a few chat turns, tens of milliseconds with e5. A longer backlog stays the worker's.
+CATCH_UP_CHARS = 4_000
 #: Characters of one text given to the model at most (it reads 256 word pieces; hostile input stays linear).
 EMBED_CHARS = 256 * 16
 _PIECE = re.compile(rf"\S{{1,{CHARS_PER_PIECE}}}")
@@ -167,6 +170,13 @@ _NEEDS = {  # the packages each local model needs (pip name, module), besides sq
 }
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken install
+        return False
+
+
 def embeddings_missing(model: str = "default") -> str:
     """Why hybrid recall with the local ``model`` cannot run here ("" when it can).
 
@@ -175,8 +185,7 @@ def embeddings_missing(model: str = "default") -> str:
     names = ("e5", "minilm") if model == "default" else (model,)
     reasons = []
     for name in names:
-        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec"))
-                   if importlib.util.find_spec(module) is None]
+        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec")) if not _installed(module)]
         if not missing:
             break
         reasons.append(f"{', '.join(missing)} not installed")
@@ -200,6 +209,36 @@ def default_embedder() -> Any:
         except EmbeddingsUnavailable as exc:
             reasons.append(str(exc))
     raise EmbeddingsUnavailable("; ".join(reasons))
+
+
+_SHARED: dict[str, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_embedder(model: str = "default") -> Any:
+    """The process's one instance of a local model (``"default"``, ``"e5"`` or ``"minilm"``), loaded on first use
+    under a lock: every manager and index of the process embeds with it, so the model's weights are in memory once
+    (e5: about 25 MB, loaded in about 0.05 s). Both models are safe to call from several threads at once.
+    :class:`EmbeddingsUnavailable` when it cannot load here (nothing is cached then: a later call tries again)."""
+    with _SHARED_LOCK:
+        if model != "default":
+            return _shared(model)
+        reasons = []
+        for name in ("e5", "minilm"):
+            try:
+                return _shared(name)
+            except EmbeddingsUnavailable as exc:
+                reasons.append(str(exc))
+        raise EmbeddingsUnavailable("; ".join(reasons))
+
+
+def _shared(name: str) -> Any:
+    found = _SHARED.get(name)
+    if found is None:
+        found = {"e5": E5Embedder, "minilm": MiniLMEmbedder}[name]()
+        found._load()
+        _SHARED[name] = found
+    return found
 
 
 class MiniLMEmbedder:
@@ -315,7 +354,9 @@ class E5Embedder:
     An asymmetric retrieval model: a query is embedded as ``"query: ..."``, a stored text as ``"passage: ..."``
     (``embed_query`` / ``embed_documents``, the LangChain ``Embeddings`` shape). ``threads``: OpenMP threads for
     ``embed_documents`` (the background worker's calls; default 1, as MiniLM's, so embedding a backlog leaves the
-    other cores to the agent; None: every core); a query uses every core. Turns are cut into windows with
+    other cores to the agent; None: every core); ``query_threads`` the same for ``embed_query`` (default 1 too: with
+    two OpenMP teams in one process, a query on every core of a busy 2-core machine took 0.3 to 5 s where one
+    thread takes 40 ms; docs/recall.md, "Hybrid recall by default"). Turns are cut into windows with
     the MiniLM WordPiece tokenizer that ships with ironmem when ``tokenizers`` is installed (the window layout is
     then the same for both models), else with ``CHARS_PER_PIECE``-character pieces.
 
@@ -328,8 +369,9 @@ class E5Embedder:
     dims = 384
     model_id = E5_MODEL_ID
 
-    def __init__(self, *, threads: int | None = 1) -> None:
+    def __init__(self, *, threads: int | None = 1, query_threads: int | None = 1) -> None:
         self.threads = threads
+        self.query_threads = query_threads
         self._lock = threading.Lock()
         self._model: Any = None
         self._splitter: Any = None
@@ -384,7 +426,7 @@ class E5Embedder:
         import numpy as np
 
         model = self._load()
-        self._use_threads(self._all_threads)  # a query is on a turn's path: every core
+        self._use_threads(self.query_threads or self._all_threads)
         return np.asarray(model.query(_c_text(text)), dtype=np.float32)
 
     def __call__(self, texts: list[str]) -> Any:
@@ -514,6 +556,8 @@ class VectorIndex:
         self._turns = turns
         self._entries = entries
         self._lock = threading.RLock()
+        self._last_query: tuple[str, bytes] | None = None
+        self._embed_lock = threading.Lock()  # one embedding pass at a time: the worker's or a search's catch-up
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = False
@@ -608,16 +652,37 @@ class VectorIndex:
                 return
             self._wake.clear()
             try:
-                while not self._stop and self._embed_turns():
-                    pass
-                if not self._stop:
-                    self._embed_entries()
+                self._embed_pending()
                 self.error = ""
             except Exception as exc:  # the worker must never die silently: status() reports it
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.warning("embedding worker failed (recall stays lexical for unembedded turns): %s", self.error)
             if not self._wake.is_set():
                 self._idle.set()
+
+    def _embed_pending(self) -> None:
+        with self._embed_lock:
+            while not self._stop and self._embed_turns():
+                pass
+            if not self._stop:
+                self._embed_entries()
+
+    def catch_up(self, most_chars: int = CATCH_UP_CHARS) -> bool:
+        """Embed, on the caller's thread, the turns (and entries) the worker has not reached yet, when they hold at
+        most ``most_chars`` characters; True when every stored turn has its vectors then.
+
+        A search calls it first, so the turn synced just before a question is ranked with its vector whatever the
+        worker's timing: what recall returns does not depend on a race. A longer backlog (an import, a first start on
+        a long history, a pasted document) is left to the worker and False comes back at once; until the worker gets
+        there, those turns rank by their lexical rank alone.
+        """
+        if self._stop:
+            return False
+        pending = self._turns(self._embedded_upto(), BATCH + 1)
+        if len(pending) > BATCH or sum(len(u) + len(a) for _, u, a in pending) > most_chars:
+            return False
+        self._embed_pending()
+        return True
 
     def _embedded_upto(self) -> int:
         with self._lock:
@@ -693,7 +758,14 @@ class VectorIndex:
 
     # -- search -------------------------------------------------------------------------------
     def embed_query(self, text: str) -> bytes:
-        return self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
+        """The query's vector, serialized; the last one is kept, since one prefetch searches turns and the archive
+        with the same message."""
+        last = self._last_query
+        if last is not None and last[0] == text:
+            return last[1]
+        blob: bytes = self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
+        self._last_query = (text, blob)
+        return blob
 
     def search_turns(self, query: str | bytes, k: int) -> list[tuple[int, float]]:
         """The ``k`` turns nearest to ``query`` as ``(turn_id, cosine similarity of its best window)``, nearest
