@@ -415,20 +415,22 @@ class SearchIndex:
         """
         entries = list(entries)
         try:
-            self._sync_entries(target, entries)
+            changed = self._sync_entries(target, entries)
         except sqlite3.Error as exc:
             log.warning("could not update the search index of %s entries (%s); it is refreshed on a later call",
                         target, exc)
-        if self.vectors is not None:
-            self.vectors.wake()
+            return
+        if changed and self.vectors is not None:
+            self.vectors.wake(entries=True)
 
-    def _sync_entries(self, target: str, entries: list[str]) -> None:
+    def _sync_entries(self, target: str, entries: list[str]) -> bool:
+        """Update the entry index of ``target``; False when it was up to date already."""
         key = f"entries:{target}"
         fingerprint = hashlib.sha256("\x1e".join(entries).encode("utf-8")).hexdigest()
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
             if row and row[0] == fingerprint:
-                return
+                return False
         with self._write() as conn:
             # Only the entries that changed are touched (a write changes one or two of them).
             wanted = Counter(entries)
@@ -444,6 +446,7 @@ class SearchIndex:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, fingerprint),
             )
+        return True
 
     # -- vectors (optional, hybrid recall) --------------------------------------------------------
     def enable_vectors(self, embedder: Any = True, *, path: Path | None = None) -> bool:

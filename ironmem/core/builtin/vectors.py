@@ -73,6 +73,11 @@ FANOUT = 8
 #: A search embeds the turns the worker has not reached yet itself when they hold at most this many characters
 #: (:meth:`VectorIndex.catch_up`): a few chat turns, tens of milliseconds with e5. A longer backlog stays the worker's.
 CATCH_UP_CHARS = 4_000
+#: Characters of turns (or entries) the worker embeds in one slice, holding the embedding lock: about 2,000 word
+#: pieces. A search waiting to embed a new turn waits for one slice at most (``CATCH_UP_WAIT`` seconds at most).
+SLICE_CHARS = 8_000
+#: Seconds a search waits for the worker's current slice before it ranks the newest turns lexically instead.
+CATCH_UP_WAIT = 0.5
 #: Characters of one text given to the model at most (it reads 256 word pieces; hostile input stays linear).
 EMBED_CHARS = 256 * 16
 _PIECE = re.compile(rf"\S{{1,{CHARS_PER_PIECE}}}")
@@ -557,7 +562,8 @@ class VectorIndex:
         self._entries = entries
         self._lock = threading.RLock()
         self._last_query: tuple[str, bytes] | None = None
-        self._embed_lock = threading.Lock()  # one embedding pass at a time: the worker's or a search's catch-up
+        self._embed_lock = threading.Lock()  # one embedding slice at a time: the worker's or a search's catch-up
+        self._entries_changed = True  # the entries may have changed since their vectors were made
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = False
@@ -635,8 +641,11 @@ class VectorIndex:
         )
 
     # -- worker -------------------------------------------------------------------------------
-    def wake(self) -> None:
-        """Tell the worker there may be something new to embed (cheap; called after each stored turn)."""
+    def wake(self, *, entries: bool = False) -> None:
+        """Tell the worker there may be something new to embed (cheap; called after each stored turn, and with
+        ``entries`` when the memory entries changed)."""
+        if entries:
+            self._entries_changed = True
         self._idle.clear()
         self._wake.set()
 
@@ -652,7 +661,8 @@ class VectorIndex:
                 return
             self._wake.clear()
             try:
-                self._embed_pending()
+                while not self._stop and self._embed_step():  # the lock is let go between slices: a search
+                    pass  # waiting to embed a new turn waits for one slice at most
                 self.error = ""
             except Exception as exc:  # the worker must never die silently: status() reports it
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -660,41 +670,60 @@ class VectorIndex:
             if not self._wake.is_set():
                 self._idle.set()
 
-    def _embed_pending(self) -> None:
+    def _embed_step(self) -> bool:
+        """One slice of the worker's work (the next turns, else the next entries); False when nothing is left."""
         with self._embed_lock:
-            while not self._stop and self._embed_turns():
-                pass
-            if not self._stop:
-                self._embed_entries()
+            if self._embed_turns(SLICE_CHARS):
+                return True
+            self._embed_entries(SLICE_CHARS)
+            return self._entries_changed
 
     def catch_up(self, most_chars: int = CATCH_UP_CHARS) -> bool:
-        """Embed, on the caller's thread, the turns (and entries) the worker has not reached yet, when they hold at
-        most ``most_chars`` characters; True when every stored turn has its vectors then.
+        """Embed, on the caller's thread, the turns (and changed entries) the worker has not reached yet, when they
+        hold at most ``most_chars`` characters in all; True when everything stored has its vectors then.
 
         A search calls it first, so the turn synced just before a question is ranked with its vector whatever the
         worker's timing: what recall returns does not depend on a race. A longer backlog (an import, a first start on
-        a long history, a pasted document) is left to the worker and False comes back at once; until the worker gets
-        there, those turns rank by their lexical rank alone.
+        a long history, a pasted document) is left to the worker and False comes back at once, after reading at
+        most ``BATCH + 1`` turns; until the worker gets there, those turns rank by their lexical rank alone. The cost
+        on the caller's path is bounded by ``most_chars`` whatever is stored (a 10 MB MEMORY.md included), plus
+        at most ``CATCH_UP_WAIT`` seconds waiting for the worker's current slice.
         """
         if self._stop:
             return False
         pending = self._turns(self._embedded_upto(), BATCH + 1)
         if len(pending) > BATCH or sum(len(u) + len(a) for _, u, a in pending) > most_chars:
             return False
-        self._embed_pending()
-        return True
+        if not self._embed_lock.acquire(timeout=CATCH_UP_WAIT):
+            return False  # the worker is busy with a long slice: the newest turns rank lexically this once
+        try:
+            while self._embed_turns(most_chars, everything=True):  # what the worker left of ``pending``
+                pass
+            self._embed_entries(most_chars, everything=True)
+            return not self._entries_changed and not self._turns(self._embedded_upto(), 1)
+        finally:
+            self._embed_lock.release()
 
     def _embedded_upto(self) -> int:
         with self._lock:
             value = self._meta("turns_upto")
         return int(value) if value else 0
 
-    def _embed_turns(self) -> bool:
-        """Embed the next batch of turns; False when there was none."""
+    def _embed_turns(self, most_chars: int, *, everything: bool = False) -> bool:
+        """Embed the next turns, up to ``BATCH`` of them holding about ``most_chars`` characters (one at least);
+        with ``everything``, only when all the pending turns fit in that. False when nothing was embedded."""
         upto = self._embedded_upto()
         batch = self._turns(upto, BATCH)
         if not batch:
             return False
+        size = 0
+        for n, (_, user, assistant) in enumerate(batch):
+            size += len(user) + len(assistant)
+            if size > most_chars:
+                if everything:
+                    return False
+                batch = batch[:max(n, 1)]
+                break
         windows = [turn_windows(user, assistant, self._spans) for _, user, assistant in batch]
         texts_in_order = [text for texts in windows for text in texts]
         vectors: list[Any] = []
@@ -731,22 +760,37 @@ class VectorIndex:
             self._moments = moments
         return True
 
-    def _embed_entries(self) -> None:
+    def _embed_entries(self, most_chars: int, *, everything: bool = False) -> None:
+        """Bring the entry vectors up to date with the entries, embedding new ones holding about ``most_chars``
+        characters (one at least); with ``everything``, only when all of them fit in that. ``_entries_changed``
+        stays set while some are left.
+
+        Only runs after :meth:`wake` said the entries changed: a search does not hash every entry each time."""
+        if not self._entries_changed:
+            return
+        self._entries_changed = False  # a change from now on sets it again
         wanted = {hashlib.sha256(f"{t}\x1f{x}".encode()).hexdigest(): (t, x) for t, x in self._entries()}
         with self._lock:
             have = dict(self._conn.execute("SELECT digest, id FROM entry_texts").fetchall())
         new = [(d, t, x) for d, (t, x) in wanted.items() if d not in have]
         gone = [i for d, i in have.items() if d not in wanted]
-        vectors = self.embedder.embed_documents([x for _, _, x in new]) if new else []
-        if not new and not gone:
+        size, part = 0, list[tuple[str, str, str]]()
+        for item in new:
+            size += len(item[2])
+            if size > most_chars and part:
+                break
+            part.append(item)
+        if everything and len(part) < len(new):
+            self._entries_changed = True  # the worker's
             return
+        vectors = self.embedder.embed_documents([x for _, _, x in part]) if part else []
         with self._lock:
             self._conn.execute("BEGIN")
             try:
                 for rowid in gone:
                     self._conn.execute("DELETE FROM vec_entries WHERE rowid = ?", (rowid,))
                     self._conn.execute("DELETE FROM entry_texts WHERE id = ?", (rowid,))
-                for (digest, target, text), vector in zip(new, vectors):
+                for (digest, target, text), vector in zip(part, vectors):
                     cur = self._conn.execute("INSERT INTO entry_texts(target, text, digest) VALUES (?, ?, ?)",
                                              (target, text, digest))
                     self._conn.execute("INSERT INTO vec_entries(rowid, embedding) VALUES (?, ?)",
@@ -755,6 +799,8 @@ class VectorIndex:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+        if len(part) < len(new):
+            self._entries_changed = True  # the next slice
 
     # -- search -------------------------------------------------------------------------------
     def embed_query(self, text: str) -> bytes:
