@@ -554,7 +554,9 @@ class SearchIndex:
     ) -> list[SearchHit]:
         """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
         ``dense = max(0, z - DENSE_FLOOR * c) / ((DENSE_SCALE - DENSE_FLOOR) * c)``, ``c = sqrt(2 ln N)``, for turns
-        (``z``: the similarity's z-score over all N turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
+        (``z``: the similarity's z-score over all N turn windows, padded with everyday chat lines to
+        ``BACKGROUND_UNTIL`` in a short history) and ``cos / max_cos`` for memory entries (too few for a
+        distribution). A candidate that scores nothing in any list is dropped (dense neighbours always exist).
 
         Entries and turns are fused separately (two lexical and two dense lists). The few turns the worker has not
         embedded yet are embedded first (``VectorIndex.catch_up``); a turn of a longer backlog ranks by its lexical
@@ -565,7 +567,7 @@ class SearchIndex:
         try:
             blob = self.vectors.embed_query(query)
             dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
-            stats = self.vectors.similarity_stats(blob) if dense_turns else None
+            stats = self.vectors.similarity_stats(blob, padded=True) if dense_turns else None
             dense_entries = (self.vectors.search_entries(blob, depth) if any(k != "turn" for k in kinds) else [])
         except Exception as exc:
             log.warning("dense search failed, using lexical ranking only: %s", exc)
@@ -603,7 +605,7 @@ class SearchIndex:
                 relevant.update(("turn", h.turn_id) for h in dense if h.score > 0)
             elif dense:
                 add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
-        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)
+        order = sorted((k for k in fused if fused[k] > 0), key=lambda k: (fused[k], found[k].score), reverse=True)
         if asks_about_present(query):
             order = self._prefer_current(order, found, relevant, limit)
         return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,

@@ -509,6 +509,16 @@ class TurnMoments:
         self.s1 += sign * m.sum(axis=0)
         self.s2 += sign * (m.T @ m)
 
+    def padded(self, background: TurnMoments, total: int) -> TurnMoments:
+        """These moments with ``background``'s, weighted to make ``total`` vectors in all (self when it holds as
+        many already): the chance level of a short history, whose own few vectors say little about it."""
+        if self.n >= total or background.n == 0:
+            return self
+        weight = (total - self.n) / background.n
+        out = self.copy()
+        out.n, out.s1, out.s2 = total, out.s1 + weight * background.s1, out.s2 + weight * background.s2
+        return out
+
     def stats(self, query: Any) -> tuple[float, float, int] | None:
         import numpy as np
 
@@ -519,6 +529,47 @@ class TurnMoments:
         mean = float(q @ self.s1) / self.n
         var = float(q @ self.s2 @ q) / self.n - mean * mean
         return mean, max(var, 0.0) ** 0.5, self.n
+
+
+#: Everyday chat turns that no question is about: the chance level of a query's similarity while the history is
+#: shorter than ``BACKGROUND_UNTIL`` windows (:meth:`VectorIndex.similarity_stats`).
+BACKGROUND = (
+    "User: Good morning! How are you today?\nAssistant: Good morning! I'm doing well, thanks for asking.",
+    "User: Can you help me write an email to my landlord about the broken heater?\nAssistant: Of course, here is a draft.",
+    "User: What's a quick recipe for dinner tonight?\nAssistant: Try a vegetable stir-fry with rice, ready in 20 minutes.",
+    "User: Thanks, that was helpful.\nAssistant: You're welcome! Anything else?",
+    "User: I'm thinking about learning to play the guitar.\nAssistant: Great idea, start with a few basic chords.",
+    "User: How do I convert Celsius to Fahrenheit?\nAssistant: Multiply by 9/5 and add 32.",
+    "User: My flight to Chicago got delayed by three hours.\nAssistant: Sorry to hear that. Do you need help rebooking?",
+    "User: Recommend a good book for the weekend.\nAssistant: You might enjoy a light mystery novel.",
+    "User: I went for a run in the park this morning.\nAssistant: Nice! How far did you go?",
+    "User: What's the difference between a list and a tuple in Python?\nAssistant: A list can change; a tuple cannot.",
+    "User: My sister is visiting next month.\nAssistant: That sounds lovely. Any plans together?",
+    "User: Can you summarize this article for me?\nAssistant: Sure, paste it and I'll give you the key points.",
+    "User: I need a gift idea for my coworker's birthday.\nAssistant: A nice plant or a good coffee is usually welcome.",
+    "User: The printer at work keeps jamming.\nAssistant: Check for torn paper inside and use a lighter paper weight.",
+    "User: How long should I boil an egg?\nAssistant: About nine minutes for a hard-boiled egg.",
+    "User: We're repainting the living room this weekend.\nAssistant: Don't forget to tape the edges first.",
+    "User: I feel tired all the time lately.\nAssistant: Sleep, water and a check-up with a doctor are good first steps.",
+    "User: What's the weather usually like in Spain in October?\nAssistant: Mild and sunny, around 20 degrees.",
+    "User: Help me plan a budget for next month.\nAssistant: Let's list your income and fixed costs first.",
+    "User: My laptop battery drains really fast.\nAssistant: Lower the screen brightness and close background apps.",
+    "User: I started a new job on Monday.\nAssistant: Congratulations! How was the first week?",
+    "User: Translate 'thank you very much' into French.\nAssistant: Merci beaucoup.",
+    "User: Our team meeting moved to Thursday afternoon.\nAssistant: Noted, Thursday afternoon.",
+    "User: What are some good stretches for back pain?\nAssistant: Cat-cow, child's pose and gentle twists help many people.",
+    "User: I watched a great documentary about the ocean last night.\nAssistant: Which one? There are some beautiful ones.",
+    "User: How do I fix a leaking kitchen tap?\nAssistant: Usually the washer or cartridge needs replacing.",
+    "User: Can you explain how compound interest works?\nAssistant: You earn interest on the interest already earned.",
+    "User: My kids want a dog but I'm not sure.\nAssistant: A dog is a long commitment; maybe foster one first.",
+    "User: I'm going to a wedding in June.\nAssistant: Fun! Do you need help choosing an outfit?",
+    "User: What's a good way to learn Spanish vocabulary?\nAssistant: Spaced-repetition flashcards, a few minutes a day.",
+    "User: The car is making a strange noise when I brake.\nAssistant: Have the brake pads checked soon.",
+    "User: Okay, let's move on to the next topic.\nAssistant: Sure, what would you like to talk about?",
+)
+#: Turn windows below which ``BACKGROUND`` pads the chance level of a query's similarity.
+BACKGROUND_UNTIL = 64
+_BACKGROUNDS: dict[tuple[str, int], TurnMoments] = {}
 
 
 #: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, user, assistant), ...]`` in id order.
@@ -654,6 +705,10 @@ class VectorIndex:
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
+        try:
+            self._background()  # once per model and process, before the first search needs it
+        except Exception as exc:  # a search tries again, and ranks lexically if it fails too
+            log.warning("embedding the background lines failed: %s", exc)
         while True:
             self._wake.wait()
             if self._stop:
@@ -827,12 +882,29 @@ class VectorIndex:
             best.setdefault(int(rowid) // SLOTS, 1.0 - float(distance))
         return list(best.items())[:k]
 
-    def similarity_stats(self, query: str | bytes) -> tuple[float, float, int] | None:
+    def similarity_stats(self, query: str | bytes, *, padded: bool = False) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, count)`` of the cosine similarity between ``query`` and EVERY stored
-        window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two."""
+        window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two.
+
+        ``padded`` (what hybrid search uses): below ``BACKGROUND_UNTIL`` windows, everyday chat lines
+        (``BACKGROUND``) make up the rest, so the count is ``BACKGROUND_UNTIL``: with two turns, the nearer one
+        would otherwise always stand one deviation above the mean, however unrelated to the question."""
         blob = self.embed_query(query) if isinstance(query, str) else query
         with self._lock:
-            return self._moments.stats(_unpack(blob, self.dims))
+            moments = self._moments
+        if padded and moments.n < BACKGROUND_UNTIL:
+            moments = moments.padded(self._background(), BACKGROUND_UNTIL)
+        return moments.stats(_unpack(blob, self.dims))
+
+    def _background(self) -> TurnMoments:
+        """The moments of ``BACKGROUND``'s vectors, embedded once per model and process."""
+        key = (self.model_id, self.dims)
+        found = _BACKGROUNDS.get(key)
+        if found is None:
+            found = TurnMoments(self.dims)
+            found.add(self.embedder.embed_documents(list(BACKGROUND)))
+            _BACKGROUNDS[key] = found
+        return found
 
     def search_entries(self, query: str | bytes, k: int) -> list[tuple[str, str, float]]:
         """The ``k`` memory entries nearest to ``query`` as ``(target, text, cosine similarity)``."""
