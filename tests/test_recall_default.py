@@ -127,3 +127,35 @@ def test_knowledge_update_recall_through_the_default_path(tmp_path: Path) -> Non
     lexical_ku = _knowledge_update_recall(tmp_path / "lexical", "a", embeddings=False)
     assert hybrid_ku >= 0.6, (hybrid_ku, lexical_ku)
     assert hybrid_ku >= lexical_ku + 0.15, (hybrid_ku, lexical_ku)
+
+
+@needs_model
+def test_a_short_history_recalls_a_related_turn_and_nothing_for_an_unrelated_question(tmp_path: Path) -> None:
+    """With one past turn, the dense side cannot judge chance from the history itself (the nearest of one turn
+    is always the nearest): everyday chat lines pad it, so a greeting recalls nothing and a paraphrase still hits."""
+    with MemoryManager(home=tmp_path) as manager:
+        manager.start_session("past").sync_turn("My glider is an ASK 21.", "A fine two-seater.")
+        session = manager.start_session("now")
+        assert session.prefetch("Hi, I am Ada.").fenced() == ""
+        assert "ASK 21" in session.prefetch("Which aircraft do I fly?").fenced()  # no word in common
+
+
+@needs_model
+def test_a_huge_pasted_memory_file_is_embedded_by_the_worker_not_on_the_turn_path(home: Path) -> None:
+    """Hostile input costs the caller linear time with a small constant: a search embeds at most a few KB
+    (vectors.CATCH_UP_CHARS); the 2,000 entries of a pasted file are the background worker's."""
+    import time
+
+    entries = [f"{i}: log line of a runaway cron job that appends forever " * 18 for i in range(2_000)]
+    (home / "MEMORY.md").write_text("\n§\n".join(entries), encoding="utf-8")
+    with MemoryManager(home=home) as manager:
+        session = manager.start_session("a")
+        session.sync_turn("We finally moved to Porto!", "Congratulations!")
+        vectors = manager.builtin.index.vectors
+        started = time.perf_counter()
+        for _ in range(3):
+            session.prefetch("which city do I live in now?")
+        elapsed = time.perf_counter() - started
+        embedded = vectors._conn.execute("SELECT count(*) FROM entry_texts").fetchone()[0]
+        assert elapsed < 10, elapsed  # e5 would take minutes for the whole file
+        assert embedded < len(entries)
