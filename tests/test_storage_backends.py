@@ -618,5 +618,7 @@ def test_default_recall_per_backend(home: Path, storage_spec: str | None, backen
         recall = manager.status()["recall"]
     if backend == "files" and not embeddings_missing():
         assert recall["mode"] == "hybrid"
+    elif backend == "files":
+        assert recall["mode"] == "lexical" and "not installed" in recall["reason"]
     else:
-        assert recall["mode"] == "lexical" and recall["reason"]
+        assert recall["mode"] == "lexical" and "no dense vectors" in recall["reason"]

@@ -392,7 +392,8 @@ class MemoryManager:
     def _recall_status(self) -> dict[str, Any]:
         status = getattr(self.builtin.index, "recall_status", None)
         if status is None:
-            return {"mode": "lexical", "reason": "hybrid recall runs on the files + SQLite storage only"}
+            return {"mode": "lexical", "reason": "this storage has no dense vectors yet (hybrid recall runs on the "
+                    "files + SQLite storage only; docs/storage-postgres.md)"}
         return dict(status())
 
     def remove_entry(
