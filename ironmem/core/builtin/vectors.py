@@ -616,6 +616,7 @@ class VectorIndex:
         self._last_query: tuple[str, bytes] | None = None
         self._embed_lock = threading.Lock()  # one embedding slice at a time: the worker's or a search's catch-up
         self._entries_changed = True  # the entries may have changed since their vectors were made
+        self._entries_backlog = False  # changed entries hold more than a search embeds (the worker's)
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = False
@@ -750,12 +751,15 @@ class VectorIndex:
         pending = self._turns(self._embedded_upto(), BATCH + 1)
         if len(pending) > BATCH or sum(len(u) + len(a) for _, u, a in pending) > most_chars:
             return False
+        if not pending and (not self._entries_changed or self._entries_backlog):
+            return not self._entries_changed  # nothing this search could embed: no wait, no hashing
         if not self._embed_lock.acquire(timeout=CATCH_UP_WAIT):
             return False  # the worker is busy with a long slice: the newest turns rank lexically this once
         try:
             while self._embed_turns(most_chars, everything=True):  # what the worker left of ``pending``
                 pass
-            self._embed_entries(most_chars, everything=True)
+            if not self._entries_backlog:
+                self._embed_entries(most_chars, everything=True)
             return not self._entries_changed and not self._turns(self._embedded_upto(), 1)
         finally:
             self._embed_lock.release()
@@ -836,8 +840,9 @@ class VectorIndex:
             if size > most_chars and part:
                 break
             part.append(item)
-        if everything and len(part) < len(new):
-            self._entries_changed = True  # the worker's
+        self._entries_backlog = len(part) < len(new)  # more than a search embeds: the worker's, slice by slice
+        if everything and self._entries_backlog:
+            self._entries_changed = True
             return
         vectors = self.embedder.embed_documents([x for _, _, x in part]) if part else []
         with self._lock:
