@@ -555,8 +555,9 @@ class SearchIndex:
         """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
         ``dense = max(0, z - DENSE_FLOOR * c) / ((DENSE_SCALE - DENSE_FLOOR) * c)``, ``c = sqrt(2 ln N)``, for turns
         (``z``: the similarity's z-score over all N turn windows, padded with everyday chat lines to
-        ``BACKGROUND_UNTIL`` in a short history) and ``cos / max_cos`` for memory entries (too few for a
-        distribution). A candidate that scores nothing in any list is dropped (dense neighbours always exist).
+        ``BACKGROUND_UNTIL`` in a short history), for turns and memory entries alike (entries are too few for a
+        distribution of their own; ``cos / max_cos`` gave the nearest entry full credit however unrelated). A
+        candidate that scores nothing in any list is dropped (dense neighbours always exist).
 
         Entries and turns are fused separately (two lexical and two dense lists). The few turns the worker has not
         embedded yet are embedded first (``VectorIndex.catch_up``); a turn of a longer backlog ranks by its lexical
@@ -567,8 +568,8 @@ class SearchIndex:
         try:
             blob = self.vectors.embed_query(query)
             dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
-            stats = self.vectors.similarity_stats(blob, padded=True) if dense_turns else None
             dense_entries = (self.vectors.search_entries(blob, depth) if any(k != "turn" for k in kinds) else [])
+            stats = self.vectors.similarity_stats(blob, padded=True) if dense_turns or dense_entries else None
         except Exception as exc:
             log.warning("dense search failed, using lexical ranking only: %s", exc)
             dense_turns, dense_entries, stats = [], [], None
@@ -582,12 +583,25 @@ class SearchIndex:
                 fused[key] = fused.get(key, 0.0) + weight * max(0.0, hit.score) / scale
                 found.setdefault(key, hit)
 
+        floor = unit = 0.0  # the chance level of the query's similarity, and the unit above it (see the docstring)
+        if stats is not None and stats[1] > 1e-9:
+            mean, std, n = stats
+            chance = math.sqrt(2.0 * math.log(n)) * std
+            floor, unit = mean + DENSE_FLOOR * chance, (DENSE_SCALE - DENSE_FLOOR) * chance
+
+        def add_dense(ranked: list[SearchHit]) -> list[SearchHit]:
+            """Dense hits scored above chance (their score is the cosine), or by the best one's without stats."""
+            if unit:
+                ranked = [replace(h, score=round(max(0.0, h.score - floor), 6)) for h in ranked]
+            add(ranked, 1.0 - LEXICAL_WEIGHT, unit or max(max(h.score for h in ranked), 1e-9))
+            return ranked
+
         if entry_hits:
             entry_hits.sort(key=lambda h: h.score, reverse=True)
             add(entry_hits[:depth], LEXICAL_WEIGHT, max(entry_hits[0].score, 1e-9))
-        dense_e = [SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds]
+        dense_e = [SearchHit(t, x, sim) for t, x, sim in dense_entries if t in kinds]
         if dense_e:
-            add(dense_e, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense_e), 1e-9))
+            add_dense(dense_e)
         if "turn" in kinds:
             ranked, mass = rank_turns(self, terms, depth, user_id=user_id, exclude_session=exclude_session)
             add([hit_of(r.row, r.score) for r in ranked], LEXICAL_WEIGHT, max(mass, 1e-9))
@@ -595,16 +609,8 @@ class SearchIndex:
             rows = self.load([rowid for rowid, _ in dense_turns], user_id=user_id, exclude_session=exclude_session,
                              head=None)
             dense = [hit_of(row, sims[row[0]]) for row in rows[:depth]]
-            if dense and stats is not None and stats[1] > 1e-9:
-                mean, std, n = stats
-                chance = math.sqrt(2.0 * math.log(n)) * std
-                floor = mean + DENSE_FLOOR * chance
-                unit = (DENSE_SCALE - DENSE_FLOOR) * chance
-                dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - floor), 6)) for h in dense]
-                add(dense, 1.0 - LEXICAL_WEIGHT, unit)
-                relevant.update(("turn", h.turn_id) for h in dense if h.score > 0)
-            elif dense:
-                add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
+            if dense:
+                relevant.update(("turn", h.turn_id) for h in add_dense(dense) if h.score > 0 and unit)
         order = sorted((k for k in fused if fused[k] > 0), key=lambda k: (fused[k], found[k].score), reverse=True)
         if asks_about_present(query):
             order = self._prefer_current(order, found, relevant, limit)
