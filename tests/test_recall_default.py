@@ -94,6 +94,19 @@ def test_a_search_right_after_a_turn_ranks_it_with_its_vector(tmp_path: Path) ->
         assert vectors.status()["turns_embedded_upto"] == 4
 
 
+@needs_model
+def test_a_prefetch_leaves_its_own_sessions_newest_turns_to_the_worker(tmp_path: Path) -> None:
+    """A prefetch cannot return its own session's turns, which are the only ones waiting in a conversation: it
+    pays for the question's vector alone. A search that can return them (the tool) still embeds them first."""
+    with MemoryManager(home=tmp_path) as manager:
+        session = manager.start_session("a")
+        index = manager.builtin.index
+        assert index.vectors.wait_idle(60)
+        session.sync_turn("We finally moved to Porto!", "Congratulations!")
+        assert not index._waits_for_vectors(("turn",), exclude_session="a")
+        assert index._waits_for_vectors(("turn", "memory"), exclude_session="a")
+        assert index._waits_for_vectors(("turn",), exclude_session=None)
+
 def _knowledge_update_recall(home: Path, family: str, **settings: object) -> float:
     """recall@5 of the knowledge-update questions of a few generated conversations, through ``Session.prefetch``
     of a manager built with ``settings`` (one fresh home per conversation, as the benchmark does)."""

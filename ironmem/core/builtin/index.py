@@ -494,6 +494,17 @@ class SearchIndex:
             ).fetchall()
         return [(int(rowid), user, assistant) for rowid, user, assistant in rows]
 
+    def _waits_for_vectors(self, kinds: tuple[str, ...], exclude_session: str | None) -> bool:
+        """Whether something this search can return still waits for its vectors. A prefetch leaves out its own
+        session, whose newest turns are usually the only ones waiting: it then pays for the query's vector alone."""
+        if exclude_session is None or any(kind != "turn" for kind in kinds):
+            return True
+        assert self.vectors is not None
+        upto = self.vectors.embedded_upto()  # not under self._lock: the two locks are never held together
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM turns WHERE id > ? AND session_id != ? LIMIT 1",
+                                      (upto, exclude_session)).fetchone() is not None
+
     def _all_entries(self) -> list[tuple[str, str]]:
         with self._lock:
             return [(t, x) for t, x in self._conn.execute("SELECT target, text FROM entries ORDER BY id")]
@@ -528,8 +539,8 @@ class SearchIndex:
             return []
         hits: list[SearchHit] = []
         targets = [kind for kind in kinds if kind != "turn"]  # "memory", "user", or scoped "user@<folder>"
-        if self.vectors is not None:  # before the lock: the worker reads turns under it while it embeds
-            try:
+        if self.vectors is not None and self._waits_for_vectors(kinds, exclude_session):
+            try:  # before the lock: the worker reads turns under it while it embeds
                 self.vectors.catch_up()
             except Exception as exc:
                 log.warning("embedding the newest turns failed, they rank lexically: %s", exc)

@@ -748,7 +748,7 @@ class VectorIndex:
         """
         if self._stop:
             return False
-        pending = self._turns(self._embedded_upto(), BATCH + 1)
+        pending = self._turns(self.embedded_upto(), BATCH + 1)
         if len(pending) > BATCH or sum(len(u) + len(a) for _, u, a in pending) > most_chars:
             return False
         if not pending and (not self._entries_changed or self._entries_backlog):
@@ -760,11 +760,12 @@ class VectorIndex:
                 pass
             if not self._entries_backlog:
                 self._embed_entries(most_chars, everything=True)
-            return not self._entries_changed and not self._turns(self._embedded_upto(), 1)
+            return not self._entries_changed and not self._turns(self.embedded_upto(), 1)
         finally:
             self._embed_lock.release()
 
-    def _embedded_upto(self) -> int:
+    def embedded_upto(self) -> int:
+        """The id of the last turn that has its vectors (turns are embedded in id order)."""
         with self._lock:
             value = self._meta("turns_upto")
         return int(value) if value else 0
@@ -772,7 +773,7 @@ class VectorIndex:
     def _embed_turns(self, most_chars: int, *, everything: bool = False) -> bool:
         """Embed the next turns, up to ``BATCH`` of them holding about ``most_chars`` characters (one at least);
         with ``everything``, only when all the pending turns fit in that. False when nothing was embedded."""
-        upto = self._embedded_upto()
+        upto = self.embedded_upto()
         batch = self._turns(upto, BATCH)
         if not batch:
             return False
@@ -925,7 +926,7 @@ class VectorIndex:
         return [(t, x, 1.0 - float(d)) for t, x, d in rows]
 
     def status(self, turns_total: int | None = None) -> dict[str, Any]:
-        upto = self._embedded_upto()
+        upto = self.embedded_upto()
         out: dict[str, Any] = {"model": self.model_id, "dims": self.dims, "layout": LAYOUT,
                                "turns_embedded_upto": upto, "turn_vectors": self._moments.n}
         if turns_total is not None:
