@@ -17,8 +17,10 @@ never a headline figure (run.py runs neither). The real-data figures are --famil
 recall@k of a question is the share of its evidence turns among the first k results (LoCoMo's retrieval
 metric); averaged over questions. Methods, all on the same turns, in the same run:
 
-  prefetch           ``Session.prefetch`` through a real MemoryManager, recall budget = k items (lexical)
-  prefetch+hybrid    the same with ``MemoryManager(embeddings=...)`` (BM25 + vectors of --dense-model, convex fusion)
+  prefetch           ``Session.prefetch`` through a real MemoryManager, recall budget = k items, lexical
+                     (``embeddings=False``)
+  prefetch+hybrid    the same with vectors of --dense-model (BM25 + dense, convex fusion): with e5, no noise and no
+                     --embed-cache, ``MemoryManager``'s defaults (``embeddings="auto"``), what a user gets
   session_search     the ``session_search`` tool (lexical), limit 10
   bm25s              plain BM25 (``bm25s``, English stop words, Snowball stemmer when PyStemmer is installed)
   dense              the hybrid's model alone (--dense-model; default e5: multilingual-e5-small, 4-bit, from
@@ -80,6 +82,14 @@ def _count_tokens() -> Any:
         from ironmem.core.recall import estimate_tokens
 
         return estimate_tokens
+
+
+def default_hybrid(embedder: Any) -> bool:
+    """True when the hybrid homes can be ``MemoryManager``'s defaults (``embeddings="auto"``, which picks e5 where it
+    is installed): the benchmark's model is e5, undegraded, with no vector cache to reuse. Same vectors as the
+    benchmark's own e5 (the home's model is checked); the homes then embed in their background worker."""
+    return (embedder is not None and embedder.base_id == "multilingual-e5-small-q4" and not embedder.noise
+            and embedder.disk is None)
 
 
 class CachedEmbedder:
@@ -368,9 +378,15 @@ def evaluate(data: list[Conversation], *, dense_ok: bool, log_every: bool = True
             homes["hybrid"] = tempfile.mkdtemp(prefix="ironmem-rq-")
         managers = {}
         for mode, home in homes.items():
-            manager = MemoryManager(home=home, embeddings=embedder if mode == "hybrid" else None)
+            if mode == "lexical":
+                manager = MemoryManager(home=home, embeddings=False)
+            elif default_hybrid(embedder):  # the default path: embeddings="auto", the process's e5
+                manager = MemoryManager(home=home)
+            else:
+                manager = MemoryManager(home=home, embeddings=embedder)
             if mode == "hybrid":
                 assert manager.builtin.index.vectors is not None, manager.builtin.index.vectors_reason
+                assert manager.status()["recall"]["model"] == embedder.model_id, "the hybrid home's model is not --dense-model's"
             by_session: dict[int, Any] = {}
             for t in conv.turns:
                 session = by_session.get(t.session)

@@ -56,6 +56,8 @@ TURNS, QUICK_TURNS = 300, 100
 WARMUP = 10
 BUDGET_S, QUICK_BUDGET_S = 10.0, 5.0
 MIN_TURNS = 10
+#: Seconds the default (hybrid) system waits after loading for its history's vectors before the timed turns.
+EMBED_WAIT_S = 300.0
 
 MEMORY_SEED = [
     "Project Kestrel uses Python 3.11, uv and SQLite; deploys go through GitHub Actions.",
@@ -75,16 +77,25 @@ USER_SEED = [
 # Systems
 # --------------------------------------------------------------------------------------------------
 class IronmemSystem:
-    name = "ironmem built-in"
+    """ironmem with its default recall (``embeddings="auto"``: hybrid where ``ironmem[embeddings]`` is installed),
+    or lexical recall (``embeddings=False``), measured in the same run. With vectors, the history's turns are
+    embedded before timing (at most ``EMBED_WAIT_S``; a longer backlog is still being embedded by the background
+    worker while the turns are timed, as on a first start over a long history)."""
 
-    def __init__(self) -> None:
+    name = "ironmem built-in"
+    lexical_name = "ironmem built-in, lexical"
+
+    def __init__(self, embeddings: Any = "auto") -> None:
+        self.embeddings = embeddings
+        if embeddings is False:
+            self.name = self.lexical_name
         self.tmp = Path(tempfile.mkdtemp(prefix="ironmem-bench-turn-"))
         self.parts: dict[str, list[float]] = {"prefetch": [], "fence": [], "sync": []}
 
     def load(self, rows: list[tuple[str, str | None, float, str, str]]) -> None:
         from ironmem import MemoryManager
 
-        self.manager = MemoryManager(home=self.tmp / "home")
+        self.manager = MemoryManager(home=self.tmp / "home", embeddings=self.embeddings)
         setup = self.manager.start_session("bench-setup")
         for content in MEMORY_SEED:
             setup.handle_tool_call("memory", {"action": "add", "target": "memory", "content": content})
@@ -92,6 +103,9 @@ class IronmemSystem:
             setup.handle_tool_call("memory", {"action": "add", "target": "user", "content": content})
         if rows:
             self.manager.builtin.index.add_turns(rows)
+        vectors = getattr(self.manager.builtin.index, "vectors", None)
+        if vectors is not None:
+            vectors.wait_idle(EMBED_WAIT_S)
         self.session = self.manager.start_session("bench-live")
         self._writes = 0
 
@@ -297,6 +311,7 @@ def run(quick: bool = False, sizes: list[int] | None = None, turns: int | None =
     log(f"  generated {len(history):,} history turns in {time.perf_counter() - t_gen:.1f}s")
     factories: list[Callable[[], Any]] = [
         IronmemSystem,
+        lambda: IronmemSystem(embeddings=False),
         LlamaIndexMemorySystem,
         lambda: LangGraphStoreSystem(indexed=False),
         lambda: LangGraphStoreSystem(indexed=True),
@@ -314,6 +329,7 @@ def run(quick: bool = False, sizes: list[int] | None = None, turns: int | None =
                                      **summary_ms(samples)}
             if isinstance(system, IronmemSystem):
                 entry["parts_p50_ms"] = {k: round(summary_ms(v)["p50_ms"], 4) for k, v in system.parts.items()}
+                entry["recall"] = system.manager.status()["recall"].get("mode")
             system.close()
             results.append(entry)
             log(f"  {system.name:<32} history {size:>7,}: p50 {fmt_ms(entry['p50_ms'])} ms, "
@@ -340,13 +356,20 @@ def run(quick: bool = False, sizes: list[int] | None = None, turns: int | None =
 
 
 def _targets(results: list[dict[str, Any]]) -> dict[str, Any]:
-    ours = {r["history"]: r for r in results if r["system"] == IronmemSystem.name}
-    llama = {r["history"]: r for r in results if r["system"] == LlamaIndexMemorySystem.name}
+    """Lexical recall: under 2 ms at 10k turns and faster than LlamaIndex Memory at every size. The default
+    (hybrid: one e5 query vector per turn, about 30 ms on one thread) is held to a budget that stays small next to
+    the model call the turn is for: p50 under 150 ms at every size."""
+    by = {(r["system"], r["history"]): r["p50_ms"] for r in results}
+    lexical = {h: v for (name, h), v in by.items() if name == IronmemSystem.lexical_name}
+    hybrid = {h: v for (name, h), v in by.items() if name == IronmemSystem.name}
+    llama = {h: v for (name, h), v in by.items() if name == LlamaIndexMemorySystem.name}
     out: dict[str, Any] = {}
-    if 10_000 in ours:
-        out["builtin_p50_under_2ms_at_10k"] = {"value_ms": ours[10_000]["p50_ms"], "met": ours[10_000]["p50_ms"] < 2.0}
-    faster = {str(h): ours[h]["p50_ms"] < llama[h]["p50_ms"] for h in ours if h in llama}
-    out["faster_than_llamaindex_memory_at_every_size"] = {"per_size": faster, "met": all(faster.values())}
+    if 10_000 in lexical:
+        out["lexical_p50_under_2ms_at_10k"] = {"value_ms": lexical[10_000], "met": lexical[10_000] < 2.0}
+    faster = {str(h): lexical[h] < llama[h] for h in lexical if h in llama}
+    out["lexical_faster_than_llamaindex_memory_at_every_size"] = {"per_size": faster, "met": all(faster.values())}
+    budget = {str(h): v < 150.0 for h, v in hybrid.items()}
+    out["default_p50_under_150ms_at_every_size"] = {"per_size": budget, "met": all(budget.values())}
     return out
 
 
@@ -362,7 +385,7 @@ def render(result: dict[str, Any]) -> str:
     parts = [r for r in result["results"] if "parts_p50_ms" in r]
     if parts:
         lines.append("ironmem p50 by step (ms): " + "; ".join(
-            f"{r['history']:,}: " + ", ".join(f"{k} {fmt_ms(v)}" for k, v in r["parts_p50_ms"].items()) for r in parts
+            f"{r['recall']} {r['history']:,}: " + ", ".join(f"{k} {fmt_ms(v)}" for k, v in r["parts_p50_ms"].items()) for r in parts
         ))
     custody = result.get("custody")
     if custody:

@@ -79,9 +79,10 @@ def test_the_default_is_e5_and_falls_back_to_minilm_when_e5_cannot_load(monkeypa
         assert isinstance(fallback, MiniLMEmbedder) and fallback(["a guinea pig"]).shape == (1, 384)
 
 
-def test_documents_embed_on_the_threads_asked_for_and_queries_on_every_core() -> None:
+def test_documents_and_queries_embed_on_the_threads_asked_for() -> None:
     """The background worker's calls use ``threads`` OpenMP threads (1 by default: a backlog leaves the other cores
-    to the agent); the setting is per calling thread, so a turn's query keeps every core. Same vectors either way."""
+    to the agent), queries ``query_threads`` (1 by default, None: every core); the setting is per calling thread.
+    Same vectors either way."""
     one, two = E5Embedder(threads=1), E5Embedder(threads=2)
     docs = ["the tomatoes need water", "my sister moved to Porto"]
     want = two.embed_documents(docs)  # here, on 2 threads
@@ -98,4 +99,7 @@ def test_documents_embed_on_the_threads_asked_for_and_queries_on_every_core() ->
     thread.join()
     assert seen == {"worker": 1, "same": 1}
     one.embed_query("what do the tomatoes need?")
-    assert int(one._model._lib.omp_get_max_threads()) == one._all_threads >= 1
+    assert int(one._model._lib.omp_get_max_threads()) == 1
+    every = E5Embedder(query_threads=None)
+    every.embed_query("what do the tomatoes need?")
+    assert int(every._model._lib.omp_get_max_threads()) == every._all_threads >= 1

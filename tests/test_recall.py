@@ -155,7 +155,7 @@ def test_scoring_stops_early_only_when_the_best_are_known(index: SearchIndex, mo
 def test_one_stopword_policy_for_the_tool_and_recall(tmp_path: Path) -> None:
     """Function words ("where", "do", "have", "my") rank like any word, but a turn holding a content word of the
     question comes first, and a question made only of function words recalls nothing; tool and recall agree."""
-    with MemoryManager(home=tmp_path) as manager:
+    with MemoryManager(home=tmp_path, embeddings=False) as manager:
         old = manager.start_session("old")
         old.sync_turn("I keep my kayak in the garage, next to the bikes, the old tent and a box of tools", "ok")
         old.sync_turn("where do I have my keys", "where indeed")  # more query words, shorter: BM25 alone prefers it
@@ -306,15 +306,9 @@ def test_hybrid_is_off_and_status_says_why_when_the_embedder_fails(tmp_path: Pat
         assert "otters" in manager.start_session("b").prefetch("otters").fenced()
 
 
-def test_lexical_by_default(tmp_path: Path) -> None:
-    with MemoryManager(home=tmp_path) as manager:
-        status = manager.status()["recall"]
-        assert status["mode"] == "lexical" and "enable" in status["reason"]
-
-
 def test_vectors_survive_a_restart_and_catch_up_in_the_background(tmp_path: Path) -> None:
     embedder = HashingEmbedder(dims=64)
-    with MemoryManager(home=tmp_path) as manager:  # lexical: turns land without vectors
+    with MemoryManager(home=tmp_path, embeddings=False) as manager:  # lexical: turns land without vectors
         manager.start_session("a").sync_turn("the lighthouse keeper", "ok")
     with MemoryManager(home=tmp_path, embeddings=embedder) as manager:  # the worker embeds the backlog
         assert manager.builtin.index.vectors.wait_idle(30)
@@ -362,7 +356,7 @@ def _lexical_and_noise_hybrid(tmp_path: Path, chatter: list[str], facts: dict[in
                               ) -> tuple[set[int | None], set[int | None]]:
     """The same history in a lexical home and in a hybrid home whose dense model knows nothing (``facts[i]``
     comes after chatter turn ``i``): the turn ids lexical search finds, and the top 3 of hybrid search."""
-    with MemoryManager(home=tmp_path) as lexical, MemoryManager(home=tmp_path / "h",
+    with MemoryManager(home=tmp_path, embeddings=False) as lexical, MemoryManager(home=tmp_path / "h",
                                                                 embeddings=_noise_embedder()) as hybrid:
         for manager in (lexical, hybrid):
             session = manager.start_session("a")

@@ -41,6 +41,9 @@ def make_manager(home: Path, storage_spec: str | None) -> Iterator[Callable[...,
     made: list[MemoryManager] = []
 
     def make(**kwargs: object) -> MemoryManager:
+        # The lexical ranking both backends share (hybrid recall, the default where the model is installed, runs
+        # on files + SQLite only: test_default_recall_per_backend).
+        kwargs.setdefault("embeddings", False)
         m = MemoryManager(home=home, storage=storage_spec, prefetch_timeout=2.0, **kwargs)  # type: ignore[arg-type]
         made.append(m)
         return m
@@ -186,7 +189,7 @@ def test_snapshot_is_identical_across_backends(home: Path, tmp_path: Path, pg_ur
     """The same writes give byte-identical snapshots on files and on PostgreSQL."""
     snaps = []
     for spec, folder in ((None, home), (pg_url, tmp_path / "pg-home")):
-        with MemoryManager(home=folder, storage=spec) as m:
+        with MemoryManager(home=folder, storage=spec, embeddings=False) as m:
             s = m.start_session("x")
             call(s, "memory", action="add", target="user", content="Name: Ada; 喜欢爬山")
             call(s, "memory", operations=[{"action": "add", "target": "memory", "content": "Deploys: Fridays"},
@@ -355,7 +358,7 @@ def test_same_answers_on_both_backends(home: Path, tmp_path: Path, pg_url: str) 
     rows = _corpus()
     answers = []
     for spec, folder in ((None, home), (pg_url, tmp_path / "pg-home")):
-        with MemoryManager(home=folder, storage=spec) as m:
+        with MemoryManager(home=folder, storage=spec, embeddings=False) as m:
             m.builtin.index.add_turns(rows)
             got = {}
             for q in PARITY_QUERIES:
@@ -403,7 +406,7 @@ def test_session_search_tool_gives_the_same_json_on_both_backends(home: Path, tm
     """Entries and turns together, through the tool the model calls: same results, same order."""
     answers = []
     for spec, folder in ((None, home), (pg_url, tmp_path / "pg-home")):
-        with MemoryManager(home=folder, storage=spec) as m:
+        with MemoryManager(home=folder, storage=spec, embeddings=False) as m:
             s = m.start_session("seed")
             for target, entries in ENTRIES.items():
                 for entry in entries:
@@ -604,3 +607,18 @@ def test_provenance_rides_along_through_the_archive(make_manager: Callable[..., 
     assert _add(manager.start_session("s1"), "y" * 50)["success"]
     (moved,) = manager.builtin.archive_state("memory").archived_now()
     assert moved.text == "x" * 50 and moved.provenance == origin
+
+
+def test_default_recall_per_backend(home: Path, storage_spec: str | None, backend: str) -> None:
+    """The default (``embeddings="auto"``): hybrid on files + SQLite where the model is installed; PostgreSQL has no
+    vectors yet and recalls lexically, saying so (docs/recall.md). The lexical ranking is the backends' shared one."""
+    from ironmem.core.builtin.vectors import embeddings_missing
+
+    with MemoryManager(home=home, storage=storage_spec) as manager:
+        recall = manager.status()["recall"]
+    if backend == "files" and not embeddings_missing():
+        assert recall["mode"] == "hybrid"
+    elif backend == "files":
+        assert recall["mode"] == "lexical" and "not installed" in recall["reason"]
+    else:
+        assert recall["mode"] == "lexical" and "no dense vectors" in recall["reason"]

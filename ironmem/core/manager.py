@@ -62,6 +62,14 @@ class MemoryManager:
     ``ironmem archive restore``); ``"refuse"`` refuses the write and asks the model to consolidate, as Hermes
     does. See :mod:`ironmem.core.builtin.archive`.
 
+    ``embeddings`` chooses recall's ranking. ``"auto"`` (the default): hybrid recall (BM25 fused with a local
+    embedding model, e5, else MiniLM) when ``ironmem[embeddings]`` is installed and the storage is files + SQLite,
+    lexical (BM25) otherwise; ``status()["recall"]`` says which and why. ``False``: lexical. ``True``, ``"e5"`` or
+    ``"minilm"``: hybrid, and :class:`~ironmem.core.builtin.vectors.EmbeddingsUnavailable` when the model cannot
+    run here. Any embedder :func:`~ironmem.core.embedding.as_embedder` accepts works too. The model is loaded once
+    per process; turns are embedded by a background worker, and a search first embeds the few the worker has not
+    reached yet (docs/recall.md).
+
     Example:
         >>> import tempfile
         >>> manager = MemoryManager(home=tempfile.mkdtemp())
@@ -87,7 +95,7 @@ class MemoryManager:
         memory_per_user: bool = True,
         tool_budget: int = DEFAULT_TOOL_BUDGET,
         recall_budget: RecallBudget | int | None = None,
-        embeddings: Any = None,
+        embeddings: Any = "auto",
         storage: str | MemoryStorage | None = None,
         read_only: bool = False,
         overflow: str = "archive",
@@ -125,14 +133,6 @@ class MemoryManager:
             policy=policy,
         )
         self.builtin.add_write_listener(self._mirror_write)
-        if embeddings and read_only:
-            log.info("hybrid recall is off in a read-only manager (its vectors would be written); recall is lexical")
-        elif embeddings:  # hybrid recall (ironmem[embeddings]); degrades to lexical-only, see status()["recall"]
-            enable = getattr(self.builtin.index, "enable_vectors", None)
-            if enable is None:
-                log.warning("hybrid recall needs the files + SQLite storage; this storage recalls lexically")
-            else:
-                enable(embeddings)
         #: The external provider behind its guard (None without one): the only way calls reach it.
         self.guarded: GuardedProvider | None = None
         #: The built-in layer's health (a failed index write degrades it; ``status()`` reports it).
@@ -140,6 +140,11 @@ class MemoryManager:
         self._tools: dict[str, tuple[MemoryProvider, ToolSchema]] = {}
         self._closed = False
         self._rebuild_tools()
+        try:
+            self._start_embeddings(embeddings, read_only=read_only)
+        except BaseException:
+            self.close()
+            raise
         if external is not None and not isinstance(external, MemoryProvider):
             self.close()
             hint = (f" To choose a provider by name, put `provider: {external}` in a config.yaml and use "
@@ -349,10 +354,46 @@ class MemoryManager:
             self.guarded.submit("on_memory_write", action, target, content)
 
     # -- status ---------------------------------------------------------------------------------
+    def _start_embeddings(self, embeddings: Any, *, read_only: bool) -> None:
+        """Hybrid recall per ``embeddings`` (see the class docstring); status()["recall"] says what was chosen."""
+        from .builtin.vectors import EmbeddingsUnavailable, embeddings_missing
+
+        auto = embeddings is None or (isinstance(embeddings, str) and embeddings == "auto")
+        index: Any = self.builtin.index  # a SearchIndex (files + SQLite) has vectors; PostgreSQL has not
+        enable = getattr(index, "enable_vectors", None)
+        if embeddings is False or (not auto and not embeddings):
+            if enable is not None:
+                index.vectors_reason = "off (embeddings=False)"
+            return
+        if read_only:
+            if enable is not None:
+                index.vectors_reason = "off in a read-only manager (its vectors would be written)"
+            if not auto:
+                log.info("hybrid recall is off in a read-only manager (its vectors would be written); recall is lexical")
+            return
+        if enable is None:  # status()["recall"] says so; an explicit request also logs it
+            if not auto:
+                log.warning("hybrid recall needs the files + SQLite storage; this storage recalls lexically")
+            return
+        local = "default" if auto or embeddings is True else embeddings if embeddings in ("e5", "minilm") else None
+        if local is not None:
+            missing = embeddings_missing(local)
+            if missing and auto:
+                index.vectors_reason = f"the embedding model is not installed ({missing})"
+                return
+            if missing:
+                raise EmbeddingsUnavailable(
+                    f"embeddings={embeddings!r} asks for hybrid recall, which cannot run here: {missing}. "
+                    "Leave embeddings unset ('auto') to recall lexically where the model is missing, or pass False"
+                )
+        if not enable(local if local is not None else embeddings) and local is not None and not auto:
+            raise EmbeddingsUnavailable(f"embeddings={embeddings!r}: hybrid recall cannot start: {index.vectors_reason}")
+
     def _recall_status(self) -> dict[str, Any]:
         status = getattr(self.builtin.index, "recall_status", None)
         if status is None:
-            return {"mode": "lexical", "reason": "hybrid recall runs on the files + SQLite storage only"}
+            return {"mode": "lexical", "reason": "this storage has no dense vectors yet (hybrid recall runs on the "
+                    "files + SQLite storage only; docs/storage-postgres.md)"}
         return dict(status())
 
     def remove_entry(

@@ -415,20 +415,22 @@ class SearchIndex:
         """
         entries = list(entries)
         try:
-            self._sync_entries(target, entries)
+            changed = self._sync_entries(target, entries)
         except sqlite3.Error as exc:
             log.warning("could not update the search index of %s entries (%s); it is refreshed on a later call",
                         target, exc)
-        if self.vectors is not None:
-            self.vectors.wake()
+            return
+        if changed and self.vectors is not None:
+            self.vectors.wake(entries=True)
 
-    def _sync_entries(self, target: str, entries: list[str]) -> None:
+    def _sync_entries(self, target: str, entries: list[str]) -> bool:
+        """Update the entry index of ``target``; False when it was up to date already."""
         key = f"entries:{target}"
         fingerprint = hashlib.sha256("\x1e".join(entries).encode("utf-8")).hexdigest()
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
             if row and row[0] == fingerprint:
-                return
+                return False
         with self._write() as conn:
             # Only the entries that changed are touched (a write changes one or two of them).
             wanted = Counter(entries)
@@ -444,13 +446,14 @@ class SearchIndex:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, fingerprint),
             )
+        return True
 
     # -- vectors (optional, hybrid recall) --------------------------------------------------------
     def enable_vectors(self, embedder: Any = True, *, path: Path | None = None) -> bool:
         """Add dense vectors beside this index (``vectors.db`` next to it) and fuse them into search.
 
         ``embedder`` True (or ``"default"``) means the best local model that runs here (``ironmem[embeddings]``:
-        e5, else MiniLM; :func:`~.vectors.default_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
+        e5, else MiniLM, one instance per process: :func:`~.vectors.shared_embedder`), ``"e5"`` or ``"minilm"`` one of them; otherwise any
         embedder that :func:`ironmem.core.embedding.as_embedder` accepts. Turns and entries are embedded by a background
         worker, never on the caller's path. Returns False, and stays lexical-only, when the model or sqlite-vec
         cannot be used here; ``vectors_reason`` says why (and :meth:`recall_status` reports it).
@@ -460,8 +463,8 @@ class SearchIndex:
             EmbeddingsUnavailable,
             MiniLMEmbedder,
             VectorIndex,
-            default_embedder,
             embeddings_missing,
+            shared_embedder,
         )
 
         if self.vectors is not None:
@@ -473,7 +476,7 @@ class SearchIndex:
                 missing = embeddings_missing(local)
                 if missing:
                     raise EmbeddingsUnavailable(missing)
-                embedder = {"default": default_embedder, "e5": E5Embedder, "minilm": MiniLMEmbedder}[local]()
+                embedder = shared_embedder(local)  # one model per process, whatever the number of indexes
             self.vectors = VectorIndex(
                 path or self.path.with_name("vectors.db"), embedder, turns=self._turns_after, entries=self._all_entries
             )
@@ -490,6 +493,17 @@ class SearchIndex:
                 "SELECT id, user, assistant FROM turns WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
             ).fetchall()
         return [(int(rowid), user, assistant) for rowid, user, assistant in rows]
+
+    def _waits_for_vectors(self, kinds: tuple[str, ...], exclude_session: str | None) -> bool:
+        """Whether something this search can return still waits for its vectors. A prefetch leaves out its own
+        session, whose newest turns are usually the only ones waiting: it then pays for the query's vector alone."""
+        if exclude_session is None or any(kind != "turn" for kind in kinds):
+            return True
+        assert self.vectors is not None
+        upto = self.vectors.embedded_upto()  # not under self._lock: the two locks are never held together
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM turns WHERE id > ? AND session_id != ? LIMIT 1",
+                                      (upto, exclude_session)).fetchone() is not None
 
     def _all_entries(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -525,6 +539,11 @@ class SearchIndex:
             return []
         hits: list[SearchHit] = []
         targets = [kind for kind in kinds if kind != "turn"]  # "memory", "user", or scoped "user@<folder>"
+        if self.vectors is not None and self._waits_for_vectors(kinds, exclude_session):
+            try:  # before the lock: the worker reads turns under it while it embeds
+                self.vectors.catch_up()
+            except Exception as exc:
+                log.warning("embedding the newest turns failed, they rank lexically: %s", exc)
         with self._lock:
             if targets:
                 rows = self._conn.execute(
@@ -546,18 +565,22 @@ class SearchIndex:
     ) -> list[SearchHit]:
         """Lexical and dense rankings fused: ``LEXICAL_WEIGHT * bm25 / idf_mass + (1 - LEXICAL_WEIGHT) * dense``,
         ``dense = max(0, z - DENSE_FLOOR * c) / ((DENSE_SCALE - DENSE_FLOOR) * c)``, ``c = sqrt(2 ln N)``, for turns
-        (``z``: the similarity's z-score over all N turns) and ``cos / max_cos`` for memory entries (too few for a distribution).
+        (``z``: the similarity's z-score over all N turn windows, padded with everyday chat lines to
+        ``BACKGROUND_UNTIL`` in a short history), for turns and memory entries alike (entries are too few for a
+        distribution of their own; ``cos / max_cos`` gave the nearest entry full credit however unrelated). A
+        candidate that scores nothing in any list is dropped (dense neighbours always exist).
 
-        Entries and turns are fused separately (two lexical and two dense lists). A turn the worker has not
-        embedded yet still ranks by its lexical rank. Falls back to lexical-only when the query cannot be
+        Entries and turns are fused separately (two lexical and two dense lists). The few turns the worker has not
+        embedded yet are embedded first (``VectorIndex.catch_up``); a turn of a longer backlog ranks by its lexical
+        rank until the worker reaches it. Falls back to lexical-only when the query cannot be
         embedded. Caller holds ``self._lock``.
         """
         depth = max(FUSION_DEPTH, 4 * limit)
         try:
             blob = self.vectors.embed_query(query)
             dense_turns = self.vectors.search_turns(blob, depth * 2) if "turn" in kinds else []
-            stats = self.vectors.similarity_stats(blob) if dense_turns else None
             dense_entries = (self.vectors.search_entries(blob, depth) if any(k != "turn" for k in kinds) else [])
+            stats = self.vectors.similarity_stats(blob, padded=True) if dense_turns or dense_entries else None
         except Exception as exc:
             log.warning("dense search failed, using lexical ranking only: %s", exc)
             dense_turns, dense_entries, stats = [], [], None
@@ -571,12 +594,25 @@ class SearchIndex:
                 fused[key] = fused.get(key, 0.0) + weight * max(0.0, hit.score) / scale
                 found.setdefault(key, hit)
 
+        floor = unit = 0.0  # the chance level of the query's similarity, and the unit above it (see the docstring)
+        if stats is not None and stats[1] > 1e-9:
+            mean, std, n = stats
+            chance = math.sqrt(2.0 * math.log(n)) * std
+            floor, unit = mean + DENSE_FLOOR * chance, (DENSE_SCALE - DENSE_FLOOR) * chance
+
+        def add_dense(ranked: list[SearchHit]) -> list[SearchHit]:
+            """Dense hits scored above chance (their score is the cosine), or by the best one's without stats."""
+            if unit:
+                ranked = [replace(h, score=round(max(0.0, h.score - floor), 6)) for h in ranked]
+            add(ranked, 1.0 - LEXICAL_WEIGHT, unit or max(max(h.score for h in ranked), 1e-9))
+            return ranked
+
         if entry_hits:
             entry_hits.sort(key=lambda h: h.score, reverse=True)
             add(entry_hits[:depth], LEXICAL_WEIGHT, max(entry_hits[0].score, 1e-9))
-        dense_e = [SearchHit(t, x, round(sim, 4)) for t, x, sim in dense_entries if t in kinds]
+        dense_e = [SearchHit(t, x, sim) for t, x, sim in dense_entries if t in kinds]
         if dense_e:
-            add(dense_e, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense_e), 1e-9))
+            add_dense(dense_e)
         if "turn" in kinds:
             ranked, mass = rank_turns(self, terms, depth, user_id=user_id, exclude_session=exclude_session)
             add([hit_of(r.row, r.score) for r in ranked], LEXICAL_WEIGHT, max(mass, 1e-9))
@@ -584,17 +620,9 @@ class SearchIndex:
             rows = self.load([rowid for rowid, _ in dense_turns], user_id=user_id, exclude_session=exclude_session,
                              head=None)
             dense = [hit_of(row, sims[row[0]]) for row in rows[:depth]]
-            if dense and stats is not None and stats[1] > 1e-9:
-                mean, std, n = stats
-                chance = math.sqrt(2.0 * math.log(n)) * std
-                floor = mean + DENSE_FLOOR * chance
-                unit = (DENSE_SCALE - DENSE_FLOOR) * chance
-                dense = [replace(h, score=round(max(0.0, sims[h.turn_id or 0] - floor), 6)) for h in dense]
-                add(dense, 1.0 - LEXICAL_WEIGHT, unit)
-                relevant.update(("turn", h.turn_id) for h in dense if h.score > 0)
-            elif dense:
-                add(dense, 1.0 - LEXICAL_WEIGHT, max(max(h.score for h in dense), 1e-9))
-        order = sorted(fused, key=lambda k: (fused[k], found[k].score), reverse=True)
+            if dense:
+                relevant.update(("turn", h.turn_id) for h in add_dense(dense) if h.score > 0 and unit)
+        order = sorted((k for k in fused if fused[k] > 0), key=lambda k: (fused[k], found[k].score), reverse=True)
         if asks_about_present(query):
             order = self._prefer_current(order, found, relevant, limit)
         return [SearchHit(found[k].kind, found[k].text, round(fused[k], 6), session_id=found[k].session_id,

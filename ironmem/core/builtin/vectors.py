@@ -46,7 +46,7 @@ from typing import Any
 from ..errors import IronMemError
 
 __all__ = ["E5_MODEL_ID", "MODEL_ID", "E5Embedder", "EmbeddingsUnavailable", "MiniLMEmbedder", "TurnMoments",
-           "VectorIndex", "default_embedder", "embeddings_missing", "split_windows", "turn_windows"]
+           "VectorIndex", "default_embedder", "embeddings_missing", "shared_embedder", "split_windows", "turn_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,15 @@ MESSAGE_CHARS = MAX_WINDOWS * WINDOW * 16
 CHARS_PER_PIECE = 4
 #: Windows read per turn asked for in a nearest-neighbour search (a turn can hold several near windows).
 FANOUT = 8
+#: A search embeds the turns the worker has not reached yet itself when they hold at most this many characters
+#: (:meth:`VectorIndex.catch_up`): a few chat turns, tens of milliseconds with e5. A longer backlog stays the worker's.
+CATCH_UP_CHARS = 4_000
+#: Characters of turns (or entries) the worker embeds in one slice, holding the embedding lock (one turn at least):
+#: about 500 word pieces, 0.1 s with MiniLM, 1 s with e5 on one thread. A search that has a new turn to embed
+#: waits for the current slice, ``CATCH_UP_WAIT`` seconds at most.
+SLICE_CHARS = 2_000
+#: Seconds a search waits for the worker's current slice before it ranks the newest turns lexically instead.
+CATCH_UP_WAIT = 0.5
 #: Characters of one text given to the model at most (it reads 256 word pieces; hostile input stays linear).
 EMBED_CHARS = 256 * 16
 _PIECE = re.compile(rf"\S{{1,{CHARS_PER_PIECE}}}")
@@ -167,6 +176,13 @@ _NEEDS = {  # the packages each local model needs (pip name, module), besides sq
 }
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken install
+        return False
+
+
 def embeddings_missing(model: str = "default") -> str:
     """Why hybrid recall with the local ``model`` cannot run here ("" when it can).
 
@@ -175,8 +191,7 @@ def embeddings_missing(model: str = "default") -> str:
     names = ("e5", "minilm") if model == "default" else (model,)
     reasons = []
     for name in names:
-        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec"))
-                   if importlib.util.find_spec(module) is None]
+        missing = [pip for pip, module in (*_NEEDS[name], ("sqlite-vec", "sqlite_vec")) if not _installed(module)]
         if not missing:
             break
         reasons.append(f"{', '.join(missing)} not installed")
@@ -200,6 +215,36 @@ def default_embedder() -> Any:
         except EmbeddingsUnavailable as exc:
             reasons.append(str(exc))
     raise EmbeddingsUnavailable("; ".join(reasons))
+
+
+_SHARED: dict[str, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_embedder(model: str = "default") -> Any:
+    """The process's one instance of a local model (``"default"``, ``"e5"`` or ``"minilm"``), loaded on first use
+    under a lock: every manager and index of the process embeds with it, so the model's weights are in memory once
+    (e5: about 25 MB, loaded in about 0.05 s). Both models are safe to call from several threads at once.
+    :class:`EmbeddingsUnavailable` when it cannot load here (nothing is cached then: a later call tries again)."""
+    with _SHARED_LOCK:
+        if model != "default":
+            return _shared(model)
+        reasons = []
+        for name in ("e5", "minilm"):
+            try:
+                return _shared(name)
+            except EmbeddingsUnavailable as exc:
+                reasons.append(str(exc))
+        raise EmbeddingsUnavailable("; ".join(reasons))
+
+
+def _shared(name: str) -> Any:
+    found = _SHARED.get(name)
+    if found is None:
+        found = {"e5": E5Embedder, "minilm": MiniLMEmbedder}[name]()
+        found._load()
+        _SHARED[name] = found
+    return found
 
 
 class MiniLMEmbedder:
@@ -315,7 +360,9 @@ class E5Embedder:
     An asymmetric retrieval model: a query is embedded as ``"query: ..."``, a stored text as ``"passage: ..."``
     (``embed_query`` / ``embed_documents``, the LangChain ``Embeddings`` shape). ``threads``: OpenMP threads for
     ``embed_documents`` (the background worker's calls; default 1, as MiniLM's, so embedding a backlog leaves the
-    other cores to the agent; None: every core); a query uses every core. Turns are cut into windows with
+    other cores to the agent; None: every core); ``query_threads`` the same for ``embed_query`` (default 1 too: with
+    two OpenMP teams in one process, a query on every core of a busy 2-core machine took 0.3 to 5 s where one
+    thread takes 40 ms; docs/recall.md, "Hybrid recall by default"). Turns are cut into windows with
     the MiniLM WordPiece tokenizer that ships with ironmem when ``tokenizers`` is installed (the window layout is
     then the same for both models), else with ``CHARS_PER_PIECE``-character pieces.
 
@@ -328,8 +375,9 @@ class E5Embedder:
     dims = 384
     model_id = E5_MODEL_ID
 
-    def __init__(self, *, threads: int | None = 1) -> None:
+    def __init__(self, *, threads: int | None = 1, query_threads: int | None = 1) -> None:
         self.threads = threads
+        self.query_threads = query_threads
         self._lock = threading.Lock()
         self._model: Any = None
         self._splitter: Any = None
@@ -384,7 +432,7 @@ class E5Embedder:
         import numpy as np
 
         model = self._load()
-        self._use_threads(self._all_threads)  # a query is on a turn's path: every core
+        self._use_threads(self.query_threads or self._all_threads)
         return np.asarray(model.query(_c_text(text)), dtype=np.float32)
 
     def __call__(self, texts: list[str]) -> Any:
@@ -462,6 +510,16 @@ class TurnMoments:
         self.s1 += sign * m.sum(axis=0)
         self.s2 += sign * (m.T @ m)
 
+    def padded(self, background: TurnMoments, total: int) -> TurnMoments:
+        """These moments with ``background``'s, weighted to make ``total`` vectors in all (self when it holds as
+        many already): the chance level of a short history, whose own few vectors say little about it."""
+        if self.n >= total or background.n == 0:
+            return self
+        weight = (total - self.n) / background.n
+        out = self.copy()
+        out.n, out.s1, out.s2 = total, out.s1 + weight * background.s1, out.s2 + weight * background.s2
+        return out
+
     def stats(self, query: Any) -> tuple[float, float, int] | None:
         import numpy as np
 
@@ -472,6 +530,47 @@ class TurnMoments:
         mean = float(q @ self.s1) / self.n
         var = float(q @ self.s2 @ q) / self.n - mean * mean
         return mean, max(var, 0.0) ** 0.5, self.n
+
+
+#: Everyday chat turns that no question is about: the chance level of a query's similarity while the history is
+#: shorter than ``BACKGROUND_UNTIL`` windows (:meth:`VectorIndex.similarity_stats`).
+BACKGROUND = (
+    "User: Good morning! How are you today?\nAssistant: Good morning! I'm doing well, thanks for asking.",
+    "User: Can you help me write an email to my landlord about the broken heater?\nAssistant: Of course, here is a draft.",
+    "User: What's a quick recipe for dinner tonight?\nAssistant: Try a vegetable stir-fry with rice, ready in 20 minutes.",
+    "User: Thanks, that was helpful.\nAssistant: You're welcome! Anything else?",
+    "User: I'm thinking about learning to play the guitar.\nAssistant: Great idea, start with a few basic chords.",
+    "User: How do I convert Celsius to Fahrenheit?\nAssistant: Multiply by 9/5 and add 32.",
+    "User: My flight to Chicago got delayed by three hours.\nAssistant: Sorry to hear that. Do you need help rebooking?",
+    "User: Recommend a good book for the weekend.\nAssistant: You might enjoy a light mystery novel.",
+    "User: I went for a run in the park this morning.\nAssistant: Nice! How far did you go?",
+    "User: What's the difference between a list and a tuple in Python?\nAssistant: A list can change; a tuple cannot.",
+    "User: My sister is visiting next month.\nAssistant: That sounds lovely. Any plans together?",
+    "User: Can you summarize this article for me?\nAssistant: Sure, paste it and I'll give you the key points.",
+    "User: I need a gift idea for my coworker's birthday.\nAssistant: A nice plant or a good coffee is usually welcome.",
+    "User: The printer at work keeps jamming.\nAssistant: Check for torn paper inside and use a lighter paper weight.",
+    "User: How long should I boil an egg?\nAssistant: About nine minutes for a hard-boiled egg.",
+    "User: We're repainting the living room this weekend.\nAssistant: Don't forget to tape the edges first.",
+    "User: I feel tired all the time lately.\nAssistant: Sleep, water and a check-up with a doctor are good first steps.",
+    "User: What's the weather usually like in Spain in October?\nAssistant: Mild and sunny, around 20 degrees.",
+    "User: Help me plan a budget for next month.\nAssistant: Let's list your income and fixed costs first.",
+    "User: My laptop battery drains really fast.\nAssistant: Lower the screen brightness and close background apps.",
+    "User: I started a new job on Monday.\nAssistant: Congratulations! How was the first week?",
+    "User: Translate 'thank you very much' into French.\nAssistant: Merci beaucoup.",
+    "User: Our team meeting moved to Thursday afternoon.\nAssistant: Noted, Thursday afternoon.",
+    "User: What are some good stretches for back pain?\nAssistant: Cat-cow, child's pose and gentle twists help many people.",
+    "User: I watched a great documentary about the ocean last night.\nAssistant: Which one? There are some beautiful ones.",
+    "User: How do I fix a leaking kitchen tap?\nAssistant: Usually the washer or cartridge needs replacing.",
+    "User: Can you explain how compound interest works?\nAssistant: You earn interest on the interest already earned.",
+    "User: My kids want a dog but I'm not sure.\nAssistant: A dog is a long commitment; maybe foster one first.",
+    "User: I'm going to a wedding in June.\nAssistant: Fun! Do you need help choosing an outfit?",
+    "User: What's a good way to learn Spanish vocabulary?\nAssistant: Spaced-repetition flashcards, a few minutes a day.",
+    "User: The car is making a strange noise when I brake.\nAssistant: Have the brake pads checked soon.",
+    "User: Okay, let's move on to the next topic.\nAssistant: Sure, what would you like to talk about?",
+)
+#: Turn windows below which ``BACKGROUND`` pads the chance level of a query's similarity.
+BACKGROUND_UNTIL = 64
+_BACKGROUNDS: dict[tuple[str, int], TurnMoments] = {}
 
 
 #: ``source(after_id, limit)`` -> the next turns to embed: ``[(turn_id, user, assistant), ...]`` in id order.
@@ -514,6 +613,10 @@ class VectorIndex:
         self._turns = turns
         self._entries = entries
         self._lock = threading.RLock()
+        self._last_query: tuple[str, bytes] | None = None
+        self._embed_lock = threading.Lock()  # one embedding slice at a time: the worker's or a search's catch-up
+        self._entries_changed = True  # the entries may have changed since their vectors were made
+        self._entries_backlog = False  # changed entries hold more than a search embeds (the worker's)
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = False
@@ -591,8 +694,11 @@ class VectorIndex:
         )
 
     # -- worker -------------------------------------------------------------------------------
-    def wake(self) -> None:
-        """Tell the worker there may be something new to embed (cheap; called after each stored turn)."""
+    def wake(self, *, entries: bool = False) -> None:
+        """Tell the worker there may be something new to embed (cheap; called after each stored turn, and with
+        ``entries`` when the memory entries changed)."""
+        if entries:
+            self._entries_changed = True
         self._idle.clear()
         self._wake.set()
 
@@ -601,6 +707,10 @@ class VectorIndex:
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
+        try:
+            self._background()  # once per model and process, before the first search needs it
+        except Exception as exc:  # a search tries again, and ranks lexically if it fails too
+            log.warning("embedding the background lines failed: %s", exc)
         while True:
             self._wake.wait()
             if self._stop:
@@ -608,10 +718,8 @@ class VectorIndex:
                 return
             self._wake.clear()
             try:
-                while not self._stop and self._embed_turns():
-                    pass
-                if not self._stop:
-                    self._embed_entries()
+                while not self._stop and self._embed_step():  # the lock is let go between slices: a search
+                    pass  # waiting to embed a new turn waits for one slice at most
                 self.error = ""
             except Exception as exc:  # the worker must never die silently: status() reports it
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -619,17 +727,64 @@ class VectorIndex:
             if not self._wake.is_set():
                 self._idle.set()
 
-    def _embedded_upto(self) -> int:
+    def _embed_step(self) -> bool:
+        """One slice of the worker's work (the next turns, else the next entries); False when nothing is left."""
+        with self._embed_lock:
+            if self._embed_turns(SLICE_CHARS):
+                return True
+            self._embed_entries(SLICE_CHARS)
+            return self._entries_changed
+
+    def catch_up(self, most_chars: int = CATCH_UP_CHARS) -> bool:
+        """Embed, on the caller's thread, the turns (and changed entries) the worker has not reached yet, when they
+        hold at most ``most_chars`` characters in all; True when everything stored has its vectors then.
+
+        A search calls it first, so the turn synced just before a question is ranked with its vector whatever the
+        worker's timing: what recall returns does not depend on a race. A longer backlog (an import, a first start on
+        a long history, a pasted document) is left to the worker and False comes back at once, after reading at
+        most ``BATCH + 1`` turns; until the worker gets there, those turns rank by their lexical rank alone. The cost
+        on the caller's path is bounded by ``most_chars`` whatever is stored (a 10 MB MEMORY.md included), plus
+        at most ``CATCH_UP_WAIT`` seconds waiting for the worker's current slice.
+        """
+        if self._stop:
+            return False
+        pending = self._turns(self.embedded_upto(), BATCH + 1)
+        if len(pending) > BATCH or sum(len(u) + len(a) for _, u, a in pending) > most_chars:
+            return False
+        if not pending and (not self._entries_changed or self._entries_backlog):
+            return not self._entries_changed  # nothing this search could embed: no wait, no hashing
+        if not self._embed_lock.acquire(timeout=CATCH_UP_WAIT):
+            return False  # the worker is busy with a long slice: the newest turns rank lexically this once
+        try:
+            while self._embed_turns(most_chars, everything=True):  # what the worker left of ``pending``
+                pass
+            if not self._entries_backlog:
+                self._embed_entries(most_chars, everything=True)
+            return not self._entries_changed and not self._turns(self.embedded_upto(), 1)
+        finally:
+            self._embed_lock.release()
+
+    def embedded_upto(self) -> int:
+        """The id of the last turn that has its vectors (turns are embedded in id order)."""
         with self._lock:
             value = self._meta("turns_upto")
         return int(value) if value else 0
 
-    def _embed_turns(self) -> bool:
-        """Embed the next batch of turns; False when there was none."""
-        upto = self._embedded_upto()
+    def _embed_turns(self, most_chars: int, *, everything: bool = False) -> bool:
+        """Embed the next turns, up to ``BATCH`` of them holding about ``most_chars`` characters (one at least);
+        with ``everything``, only when all the pending turns fit in that. False when nothing was embedded."""
+        upto = self.embedded_upto()
         batch = self._turns(upto, BATCH)
         if not batch:
             return False
+        size = 0
+        for n, (_, user, assistant) in enumerate(batch):
+            size += len(user) + len(assistant)
+            if size > most_chars:
+                if everything:
+                    return False
+                batch = batch[:max(n, 1)]
+                break
         windows = [turn_windows(user, assistant, self._spans) for _, user, assistant in batch]
         texts_in_order = [text for texts in windows for text in texts]
         vectors: list[Any] = []
@@ -666,22 +821,38 @@ class VectorIndex:
             self._moments = moments
         return True
 
-    def _embed_entries(self) -> None:
+    def _embed_entries(self, most_chars: int, *, everything: bool = False) -> None:
+        """Bring the entry vectors up to date with the entries, embedding new ones holding about ``most_chars``
+        characters (one at least); with ``everything``, only when all of them fit in that. ``_entries_changed``
+        stays set while some are left.
+
+        Only runs after :meth:`wake` said the entries changed: a search does not hash every entry each time."""
+        if not self._entries_changed:
+            return
+        self._entries_changed = False  # a change from now on sets it again
         wanted = {hashlib.sha256(f"{t}\x1f{x}".encode()).hexdigest(): (t, x) for t, x in self._entries()}
         with self._lock:
             have = dict(self._conn.execute("SELECT digest, id FROM entry_texts").fetchall())
         new = [(d, t, x) for d, (t, x) in wanted.items() if d not in have]
         gone = [i for d, i in have.items() if d not in wanted]
-        vectors = self.embedder.embed_documents([x for _, _, x in new]) if new else []
-        if not new and not gone:
+        size, part = 0, list[tuple[str, str, str]]()
+        for item in new:
+            size += len(item[2])
+            if size > most_chars and part:
+                break
+            part.append(item)
+        self._entries_backlog = len(part) < len(new)  # more than a search embeds: the worker's, slice by slice
+        if everything and self._entries_backlog:
+            self._entries_changed = True
             return
+        vectors = self.embedder.embed_documents([x for _, _, x in part]) if part else []
         with self._lock:
             self._conn.execute("BEGIN")
             try:
                 for rowid in gone:
                     self._conn.execute("DELETE FROM vec_entries WHERE rowid = ?", (rowid,))
                     self._conn.execute("DELETE FROM entry_texts WHERE id = ?", (rowid,))
-                for (digest, target, text), vector in zip(new, vectors):
+                for (digest, target, text), vector in zip(part, vectors):
                     cur = self._conn.execute("INSERT INTO entry_texts(target, text, digest) VALUES (?, ?, ?)",
                                              (target, text, digest))
                     self._conn.execute("INSERT INTO vec_entries(rowid, embedding) VALUES (?, ?)",
@@ -690,10 +861,19 @@ class VectorIndex:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+        if len(part) < len(new):
+            self._entries_changed = True  # the next slice
 
     # -- search -------------------------------------------------------------------------------
     def embed_query(self, text: str) -> bytes:
-        return self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
+        """The query's vector, serialized; the last one is kept, since one prefetch searches turns and the archive
+        with the same message."""
+        last = self._last_query
+        if last is not None and last[0] == text:
+            return last[1]
+        blob: bytes = self._sqlite_vec.serialize_float32(self.embedder.embed_query(text))
+        self._last_query = (text, blob)
+        return blob
 
     def search_turns(self, query: str | bytes, k: int) -> list[tuple[int, float]]:
         """The ``k`` turns nearest to ``query`` as ``(turn_id, cosine similarity of its best window)``, nearest
@@ -709,12 +889,29 @@ class VectorIndex:
             best.setdefault(int(rowid) // SLOTS, 1.0 - float(distance))
         return list(best.items())[:k]
 
-    def similarity_stats(self, query: str | bytes) -> tuple[float, float, int] | None:
+    def similarity_stats(self, query: str | bytes, *, padded: bool = False) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, count)`` of the cosine similarity between ``query`` and EVERY stored
-        window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two."""
+        window of a turn, exact, from the window vectors' first two moments (no scan); None with fewer than two.
+
+        ``padded`` (what hybrid search uses): below ``BACKGROUND_UNTIL`` windows, everyday chat lines
+        (``BACKGROUND``) make up the rest, so the count is ``BACKGROUND_UNTIL``: with two turns, the nearer one
+        would otherwise always stand one deviation above the mean, however unrelated to the question."""
         blob = self.embed_query(query) if isinstance(query, str) else query
         with self._lock:
-            return self._moments.stats(_unpack(blob, self.dims))
+            moments = self._moments
+        if padded and moments.n < BACKGROUND_UNTIL:
+            moments = moments.padded(self._background(), BACKGROUND_UNTIL)
+        return moments.stats(_unpack(blob, self.dims))
+
+    def _background(self) -> TurnMoments:
+        """The moments of ``BACKGROUND``'s vectors, embedded once per model and process."""
+        key = (self.model_id, self.dims)
+        found = _BACKGROUNDS.get(key)
+        if found is None:
+            found = TurnMoments(self.dims)
+            found.add(self.embedder.embed_documents(list(BACKGROUND)))
+            _BACKGROUNDS[key] = found
+        return found
 
     def search_entries(self, query: str | bytes, k: int) -> list[tuple[str, str, float]]:
         """The ``k`` memory entries nearest to ``query`` as ``(target, text, cosine similarity)``."""
@@ -729,7 +926,7 @@ class VectorIndex:
         return [(t, x, 1.0 - float(d)) for t, x, d in rows]
 
     def status(self, turns_total: int | None = None) -> dict[str, Any]:
-        upto = self._embedded_upto()
+        upto = self.embedded_upto()
         out: dict[str, Any] = {"model": self.model_id, "dims": self.dims, "layout": LAYOUT,
                                "turns_embedded_upto": upto, "turn_vectors": self._moments.n}
         if turns_total is not None:
