@@ -197,6 +197,7 @@ _ROLE_LINE_RE = re.compile(r"\n ?(?:system|deveioper)(?: (?:note|message|prompt|
 #: Raw characters that start a boundary (``<``, ``[``, a heading, a line), an escape (:mod:`ironmem.core.text`
 #: decodes ``& % \\ = +`` forms) or a right-to-left-override run (read reversed, ``>`` becomes ``<``).
 _OPENERS = frozenset("<[#\n&%\\=+\u202e")
+_ASCII = frozenset(map(chr, range(128)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -208,7 +209,7 @@ def _may_forge(text: str) -> bool:
     """Whether the folded view of ``text`` can hold anything :func:`forgeries` looks for: every pattern needs
     one of ``<[#`` or a line break, which only an opener or a character that folds to one brings."""
     chars = set(text)
-    return not chars.isdisjoint(_OPENERS) or any(not c.isascii() and _folds_to_opener(c) for c in chars)
+    return not chars.isdisjoint(_OPENERS) or any(map(_folds_to_opener, chars.difference(_ASCII)))
 
 
 def forgeries(text: str, context: str) -> list[Finding]:
