@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -115,18 +114,11 @@ def _word_table() -> np.ndarray:
 _WORD = _word_table()
 
 
-@functools.lru_cache(maxsize=256)
-def _char_spans(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end offsets of every character n-gram (n in CHAR_NS) of a text of ``n`` characters."""
-    starts = [np.arange(n - k + 1, dtype=np.int64) for k in CHAR_NS if n >= k]
-    ends = [a + k for a, k in zip(starts, CHAR_NS)]
-    empty = np.zeros(0, dtype=np.int64)
-    return (np.concatenate(starts), np.concatenate(ends)) if starts else (empty, empty)
-
-
-def _hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
+def _hashes(text: str, with_starts: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """(bucket, start position) of every n-gram and word feature of ``text``: rolling polynomial hashes,
-    position-independent through the modular inverse of the base, gathered and mixed in one pass."""
+    position-independent through the modular inverse of the base, mixed in one pass (character n-grams by
+    slicing the prefix hashes, words by gathering them at the word edges). Without ``with_starts``: no positions.
+    """
     n = len(text)
     if n == 0:
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
@@ -137,15 +129,17 @@ def _hashes(text: str) -> tuple[np.ndarray, np.ndarray]:
     mask[1:-1] = _WORD[np.minimum(cps32, 0xFFFF)]
     edges = np.flatnonzero(mask[1:] != mask[:-1])  # word starts and ends, alternating
     ws, we = edges[0::2], edges[1::2]
-    cs, ce = _char_spans(n)
-    starts, ends = np.concatenate((cs, ws)), np.concatenate((ce, we))
+    ns = [k for k in CHAR_NS if n >= k]
     with np.errstate(over="ignore"):
         np.cumsum((cps32.astype(np.uint64) + np.uint64(1)) * pw[:n], out=pref[1:])
-        h = (pref[ends] - pref[starts]) * ipw[starts]
-        words = h[len(cs):]
+        chars = [(pref[k:] - pref[:-k]) * ipw[: n + 1 - k] for k in ns]
+        words = (pref[we] - pref[ws]) * ipw[ws]
         words ^= _SALT_WORD
         bigrams = words[:-1] * _P + words[1:] ^ _SALT_BIGRAM
-    return _bucket(np.concatenate((h, bigrams))), np.concatenate((starts, ws[:-1]))
+    buckets = _bucket(np.concatenate((*chars, words, bigrams)))
+    if not with_starts:
+        return buckets, None
+    return buckets, np.concatenate([np.arange(n + 1 - k, dtype=np.int64) for k in ns] + [ws, ws[:-1]])
 
 
 def prepare(text: str) -> str:
@@ -164,13 +158,14 @@ def _unique(a: np.ndarray) -> np.ndarray:
 
 def featurize(text: str) -> np.ndarray:
     """Sorted unique buckets of ``text`` (prepared); the vector is 1/sqrt(max(count, MIN_FEATURES)) at each."""
-    return _unique(_hashes(text)[0]).astype(np.int64)
+    return _unique(_hashes(text, with_starts=False)[0]).astype(np.int64)
 
 
 def _window_keys(text: str) -> np.ndarray:
     """Sorted unique ``window << 18 | bucket`` keys (uint32) of the windows of WINDOW characters: every WINDOW // 2
     characters (a feature also belongs to the window before its own), or every WINDOW past 200,000 characters."""
     idx, pos = _hashes(text)
+    assert pos is not None
     step = WINDOW // 2 if len(text) <= 200_000 else WINDOW
     key = (pos // step).astype(np.uint32)
     key <<= np.uint32(18)

@@ -62,9 +62,13 @@ def _emoji(ch: str) -> bool:
 def _legitimate(text: str, i: int, has_rtl: bool) -> bool:
     """Whether the invisible character at ``i`` has its ordinary use there (emoji sequences, scripts that join
     or break words with it, a byte-order mark at the start, right-to-left text, Hangul fillers in jamo)."""
-    ch, cp = text[i], ord(text[i])
-    prev = text[i - 1] if i > 0 else ""
-    nxt = text[i + 1] if i + 1 < len(text) else ""
+    return _legitimate_between(text[i - 1] if i > 0 else "", text[i], text[i + 1 : i + 2], i == 0, has_rtl)
+
+
+@functools.lru_cache(maxsize=4096)
+def _legitimate_between(prev: str, ch: str, nxt: str, first: bool, has_rtl: bool) -> bool:
+    """:func:`_legitimate` from the character's neighbours (remembered: emoji floods repeat a few of them)."""
+    cp = ord(ch)
     if cp == 0x200D:
         return (_emoji(prev) and _emoji(nxt)) or _in(prev, *_JOINING) or _in(nxt, *_JOINING)
     if cp == 0x200C:
@@ -72,7 +76,7 @@ def _legitimate(text: str, i: int, has_rtl: bool) -> bool:
     if cp == 0x200B:
         return _in(prev, *_SPACELESS) or _in(nxt, *_SPACELESS)
     if cp == 0xFEFF:
-        return i == 0
+        return first
     if 0xFE00 <= cp <= 0xFE0F:
         return bool(prev) and not _in(prev, (0xFE00, 0xFE0F)) and (
             (cp >= 0xFE0E and (_emoji(prev) or prev in "0123456789#*" or not prev.isascii()))
@@ -193,6 +197,7 @@ _ROLE_LINE_RE = re.compile(r"\n ?(?:system|deveioper)(?: (?:note|message|prompt|
 #: Raw characters that start a boundary (``<``, ``[``, a heading, a line), an escape (:mod:`ironmem.core.text`
 #: decodes ``& % \\ = +`` forms) or a right-to-left-override run (read reversed, ``>`` becomes ``<``).
 _OPENERS = frozenset("<[#\n&%\\=+\u202e")
+_ASCII = frozenset(map(chr, range(128)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,7 +209,7 @@ def _may_forge(text: str) -> bool:
     """Whether the folded view of ``text`` can hold anything :func:`forgeries` looks for: every pattern needs
     one of ``<[#`` or a line break, which only an opener or a character that folds to one brings."""
     chars = set(text)
-    return not chars.isdisjoint(_OPENERS) or any(not c.isascii() and _folds_to_opener(c) for c in chars)
+    return not chars.isdisjoint(_OPENERS) or any(map(_folds_to_opener, chars.difference(_ASCII)))
 
 
 def forgeries(text: str, context: str) -> list[Finding]:

@@ -21,7 +21,7 @@ from ironmem.core.text import plain, well_formed
 from .classifier import Classifier, current_classifier
 from .detectors import forgeries, hidden_text, lookalikes, payloads
 from .result import Finding, ScanResult
-from .rules import RULES
+from .rules import candidates
 
 __all__ = ["MAX_SCAN_CHARS", "THRESHOLDS", "ScanContext", "Thresholds", "scan", "scan_recalled"]
 
@@ -50,8 +50,8 @@ MAX_SCAN_CHARS = 1_000_000
 def _findings(text: str, view: str, context: str, classifier: Classifier, depth: int = 0) -> list[Finding]:
     """What blocks ``text`` (``view`` is its plain view): the first part that finds anything decides."""
     found = hidden_text(text, context) + lookalikes(text, context) + forgeries(text, context)
-    for rule in RULES if not found else ():
-        m = rule.search(view)
+    for rule in candidates(view) if not found else ():
+        m = rule.pattern.search(view)
         if m:
             return [Finding(rule.category, rule.id, m.span(), m.group(0)[:120])]
     for kind, decoded, span in payloads(text) if depth == 0 and not found else ():
