@@ -5,11 +5,13 @@ agentdojo, ... and the hand-written sets): for each source, the classifier is re
 the whole scanner (detectors, rules, that classifier, the thresholds in ``scanner.py``) scores the held-out source.
 A Hermes-style regex list is scored in the same run as the peer.
 
-``--release`` scores the ``heldout`` rows instead, with the shipped scanner: the evaluation set nobody trains or
-tunes on. Run it before a release, not while changing rules (a figure looked at while tuning stops being held out).
+``--release`` scores the blind release set instead (``benchmarks/data/security_release.yaml``: attacks and hard
+ordinary notes written by hand without sight of the scanner, each with the origin it would reach memory from), with
+the shipped scanner at write and at recall, and the custody policy by origin. Nobody trains or tunes on it: run it
+before a release, not while changing rules (a figure looked at while tuning stops being held out).
 
     python benchmarks/security_eval.py                # leave-one-source-out (a few minutes: 8 fits)
-    python benchmarks/security_eval.py --release      # the release set (seconds)
+    python benchmarks/security_eval.py --release      # the blind release set (seconds)
     python benchmarks/security_eval.py --misses       # also list the dev rows the held-out scan gets wrong
     python benchmarks/security_eval.py --json out.json
     python benchmarks/security_eval.py --write-report   # refresh the report tests/test_security_eval.py checks
@@ -41,6 +43,10 @@ from ironmem.core.security import scan
 
 TARGETS = {"detection": 0.85, "false_positive": 0.01}
 REPORT = ROOT / "tests" / "data" / "security" / "loso_report.json"
+RELEASE = ROOT / "benchmarks" / "data" / "security_release.yaml"
+#: the origin a release row names -> the custody origin it has in ironmem (a note the agent saves is its own write)
+RELEASE_ORIGINS = {"memory_write": "assistant", "assistant_turn": "assistant", "user_turn": "user",
+                   "tool_result": "tool"}
 
 
 def fingerprint() -> str:
@@ -92,6 +98,37 @@ def grouped(rows: list[dict[str, Any]], verdicts: list[bool], key: Callable[[dic
         if k is not None:
             groups[k].append(i)
     return {k: rates([rows[i] for i in ix], [verdicts[i] for i in ix]) for k, ix in sorted(groups.items())}
+
+
+def load_release(path: Path = RELEASE) -> list[dict[str, Any]]:
+    """The blind release set's rows, with ``source`` set to their origin (so the report groups by origin)."""
+    import yaml
+
+    rows = yaml.safe_load(path.read_text(encoding="utf-8"))["rows"]
+    return [{**r, "source": r["origin"]} for r in rows]
+
+
+def release_extra(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the release report adds: false positives at recall, and the custody policy's verdict by origin."""
+    from ironmem.core.custody import Origin, Provenance
+    from ironmem.core.security.policy import Policy, Verdict
+
+    benign = [r for r in rows if r["label"] == "benign"]
+    policy = Policy()
+    custody: dict[str, dict[str, int]] = {}
+    for r in rows:
+        origin = RELEASE_ORIGINS[r["origin"]]
+        verdict = policy.decide_write(r["text"], Provenance(Origin(origin))).verdict
+        c = custody.setdefault(origin, dict.fromkeys(
+            ("attacks", "attacks_reaching_memory", "benign", "benign_refused"), 0))
+        if r["label"] == "attack":
+            c["attacks"] += 1
+            c["attacks_reaching_memory"] += verdict is Verdict.ALLOW
+        else:
+            c["benign"] += 1
+            c["benign_refused"] += verdict is Verdict.REFUSE
+    return {"recall_false_positive": sum(scan(r["text"], "recall").blocked for r in benign) / len(benign),
+            "custody": dict(sorted(custody.items()))}
 
 
 def loso(rows: list[dict[str, Any]]) -> list[bool]:
@@ -147,15 +184,23 @@ def main() -> int:
     corpus = load_corpus()
     t0 = time.time()
     if args.release:
-        rows = [r for r in corpus if r["split"] == "heldout"]
+        rows = load_release()
         verdicts = [scan(r["text"]).blocked for r in rows]
-        title = "RELEASE SET (held out, shipped scanner)"
+        title = "RELEASE SET (blind, shipped scanner, at write)"
     else:
         rows = [r for r in corpus if r["split"] == "dev"]
         verdicts = loso(rows)
         title = "LEAVE-ONE-SOURCE-OUT (dev rows)"
     rep = report(rows, verdicts)
     missed = show(title, rep)
+    if args.release:
+        rel = release_extra(rows)
+        print(f"\nat recall: false positives {_pct(rel['recall_false_positive'])}")
+        print("custody (the policy's write verdict by origin; an attack 'reaches memory' when allowed unreviewed):")
+        for origin, v in rel["custody"].items():
+            print(f"  {origin:10} attacks reaching memory {v['attacks_reaching_memory']:3} of {v['attacks']:3}   "
+                  f"benign refused {v['benign_refused']:3} of {v['benign']:3}")
+        rep["release"] = rel
     print(f"({time.time() - t0:.0f} s)")
     if args.misses and not args.release:
         for r, v in zip(rows, verdicts):

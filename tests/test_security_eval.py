@@ -2,8 +2,9 @@
 
 Retraining eight times takes minutes, so ``python benchmarks/security_eval.py --write-report`` writes
 ``tests/data/security/loso_report.json`` and this test checks that the report belongs to the current corpus, rules,
-model and thresholds, and that it lies in the band. The release set (the corpus's ``heldout`` rows, which nothing is
-trained or tuned on) runs only before a release: ``IRONMEM_RELEASE=1`` (or ``security_eval.py --release``).
+model and thresholds, and that it lies in the band. The blind release set (``benchmarks/data/security_release.yaml``,
+written without sight of the scanner; nothing is trained or tuned on it) runs only before a release:
+``IRONMEM_RELEASE=1`` (or ``security_eval.py --release``).
 """
 
 from __future__ import annotations
@@ -51,10 +52,23 @@ def test_every_source_has_provenance_and_licence() -> None:
     assert 0.2 < sum(r["split"] == "heldout" for r in rows) / len(rows) < 0.4
 
 
+def test_the_release_set_is_well_formed() -> None:
+    rows = security_eval.load_release()
+    assert len({r["id"] for r in rows}) == len(rows) > 300
+    assert {r["label"] for r in rows} == {"attack", "benign"}
+    assert set(security_eval.RELEASE_ORIGINS) >= {r["origin"] for r in rows}
+
+
 @pytest.mark.skipif(os.environ.get("IRONMEM_RELEASE") != "1", reason="release evaluation: set IRONMEM_RELEASE=1")
 def test_release_set() -> None:
+    """Before a release: ordinary notes are kept (at most 1% lost at write and at recall), the scanner beats the
+    Hermes-style peer, and custody keeps every attack that arrives in a tool result out of memory until reviewed."""
     from ironmem.core.security import scan
 
-    rows = [r for r in security_eval.load_corpus() if r["split"] == "heldout"]
+    rows = security_eval.load_release()
     lo = security_eval.rates(rows, [scan(r["text"]).blocked for r in rows])
-    assert lo["detection"] >= BAND["detection"] and lo["false_positive"] <= BAND["false_positive"], lo
+    peer = security_eval.rates(rows, [security_eval.peer_blocked(r["text"]) for r in rows])
+    extra = security_eval.release_extra(rows)
+    assert lo["false_positive"] <= BAND["false_positive"] and extra["recall_false_positive"] <= BAND["false_positive"]
+    assert lo["detection"] > peer["detection"], (lo, peer)
+    assert extra["custody"]["tool"]["attacks_reaching_memory"] == 0, extra["custody"]

@@ -266,3 +266,19 @@ def test_property_spans_point_into_the_source_for_any_text(src: str) -> None:
         spans = f.source_spans([(i, i + 1) for i in range(len(f.text))])
         assert all(0 <= s < e <= len(src) for s, e in spans)
         assert spans == sorted(spans) or "\u202e" in src  # monotone outside right-to-left overrides
+
+
+_SCRIPTS = list("ab Zé\u00b2_1-аο東Ж\u0301ǅ")
+
+
+@given(st.text(alphabet=st.sampled_from(_SCRIPTS), max_size=40))
+def test_property_script_mixes_are_the_regex_matches(src: str) -> None:
+    # mixed_words tries only the edges of non-ASCII runs; it must find what scanning every position finds
+    assert [m.span() for m in T._script_mixes(src)] == [m.span() for m in T._SCRIPT_MIX_RE.finditer(src)]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab é1_ .\n")), max_size=40))
+def test_property_spaced_letters_are_joined_whenever_the_pattern_matches(src: str) -> None:
+    # plain() runs the spaced-letters pass only when " x y" occurs: it must never skip a run the pass would join
+    joined = T._SPACED_LETTERS_RE.sub(lambda m: m.group(0).replace(" ", ""), src)
+    assert T._SPACED_HINT_RE.search(src) or joined == src

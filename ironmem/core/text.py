@@ -69,7 +69,7 @@ import itertools
 import operator
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -711,6 +711,7 @@ class _CharStage:
 
 # Runs of three or more single letters separated by single spaces: "i g n o r e" -> "ignore".
 _SPACED_LETTERS_RE = regex.compile(r"(?<![^\W_])[^\W_](?: [^\W_](?![^\W_])){2,}")
+_SPACED_HINT_RE = regex.compile(r" [^\W_] [^\W_]")
 _SPACE_RUN_RE = regex.compile(r" {2,}| (?=\n)|(?<=\n) ")
 
 
@@ -889,6 +890,24 @@ def _latin(ch: str) -> str:
 _SCRIPT_MIX_RE = re.compile(r"[a-zA-Z][^\W\d_a-zA-Z]|[^\W\d_a-zA-Z][a-zA-Z]")
 
 
+_NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
+
+
+def _script_mixes(text: str) -> Iterator[re.Match[str]]:
+    """The matches of ``_SCRIPT_MIX_RE`` in ``text``, in order. Each is two neighbours, one ASCII and one not, so
+    it sits on an edge of a run of non-ASCII characters: only those edges are tried (a note in English with a
+    few accented names costs one scan for the runs, not a class test at every letter)."""
+    if text.isascii():
+        return
+    free = 0  # where the next match may start (matches do not overlap, as with finditer)
+    for run in _NON_ASCII_RUN_RE.finditer(text):
+        for pos in (run.start() - 1, run.end() - 1):
+            m = _SCRIPT_MIX_RE.match(text, pos) if pos >= free else None
+            if m:
+                free = m.end()
+                yield m
+
+
 def mixed_words(text: str, limit: int = 10_000) -> list[tuple[int, int]]:
     """Spans of the words of ``text`` (at most ``limit``, each cut at 40 letters either side of the mix) that
     hold an ASCII letter next to a letter that is not ASCII: ``pаypаl`` with a Cyrillic ``а``, and ``café``.
@@ -898,7 +917,7 @@ def mixed_words(text: str, limit: int = 10_000) -> list[tuple[int, int]]:
         [(8, 14)]
     """
     spans: list[tuple[int, int]] = []
-    for m in _SCRIPT_MIX_RE.finditer(text):
+    for m in _script_mixes(text):
         if len(spans) >= limit:
             break
         if spans and m.start() < spans[-1][1]:
@@ -953,7 +972,9 @@ def plain(text: str, max_len: int | None = None) -> str:
         out = "".join(parts)
     out = out[:max_len] if max_len is not None else out
     out = out if out.isascii() else _latinize_mixed(out)
-    return _SPACED_LETTERS_RE.sub(lambda m: m.group(0).replace(" ", ""), out) if " " in out else out
+    if not _SPACED_HINT_RE.search(out):  # every run of spaced-out letters holds " x y"
+        return out
+    return _SPACED_LETTERS_RE.sub(lambda m: m.group(0).replace(" ", ""), out)
 
 # Read the Unicode data at import, not on first use: a process forked after importing ironmem (a worker pool,
 # a pre-forked server) then shares the table instead of parsing it again in every child.

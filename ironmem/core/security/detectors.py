@@ -33,11 +33,12 @@ __all__ = ["forgeries", "hidden_text", "lookalikes", "payloads"]
 
 # ------------------------------------------------------------------------------------------ hidden text
 
-_HIDDEN_RE = re.compile(
-    "[\u200b\u200c\u200d\u2060-\u2064\ufeff\u180e\u202a-\u202e\u2066-\u2069\u3164\uffa0\u115f\u1160\u034f"
-    "\u17b4\u17b5\ufe00-\ufe0f\U000e0100-\U000e01ef]"
-)
-_TAG_RUN_RE = re.compile("[\U000e0000-\U000e007f]+")
+_HIDDEN = ("\u200b\u200c\u200d\u2060-\u2064\ufeff\u180e\u202a-\u202e\u2066-\u2069\u3164\uffa0\u115f\u1160"
+           "\u034f\u17b4\u17b5\ufe00-\ufe0f\U000e0100-\U000e01ef")  # a character class's inside
+_TAGS = "\U000e0000-\U000e007f"
+_HIDDEN_RE = re.compile(f"[{_HIDDEN}]")
+_TAG_RUN_RE = re.compile(f"[{_TAGS}]+")
+_HIDDEN_OR_TAG_RE = re.compile(f"[{_HIDDEN}{_TAGS}]")
 _TAG_TO_ASCII = {cp: (chr(cp - 0xE0000) if 0xE0020 <= cp <= 0xE007E else None) for cp in range(0xE0000, 0xE0080)}
 _RTL_RE = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]")
 #: One of these alone, outside a word, in a recalled turn is pasted text (an e-mail's trailing zero-width space).
@@ -102,7 +103,7 @@ def hidden_text(text: str, context: str) -> list[Finding]:
         >>> hidden_text("👨\\u200d👩\\u200d👧 family", "write")
         []
     """
-    if text.isascii():
+    if text.isascii() or not _HIDDEN_OR_TAG_RE.search(text):
         return []
     found: list[Finding] = []
     tags: list[tuple[int, int, str]] = []
@@ -258,8 +259,14 @@ _B64_RE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}")
 _B32_RE = re.compile(r"(?<![A-Z2-7])[A-Z2-7]{16,}={0,6}")
 _HEX_RE = re.compile(r"(?:\\x[0-9a-fA-F]{2}){6,}|(?<![0-9a-zA-Z])[0-9a-fA-F]{16,}")
 _RUN_RE = re.compile(r"[A-Za-z0-9+/_\\=-]{16}")  # every run the three patterns above find holds one
-_ROT13_HINTS = re.compile(r"\b(?:gur|naq|lbh|lbhe|vtaber|cerivbhf|vafgehpgvbaf|flfgrz|cebzcg|erirny|eho13)\b")
+# Words of rot13 text; the word boundary in front is checked on each match (a pattern that starts with a word is
+# found by a fast scan, one that starts with a boundary is tried at every position).
+_ROT13_HINTS = re.compile(r"(?:gur|naq|lbh|lbhe|vtaber|cerivbhf|vafgehpgvbaf|flfgrz|cebzcg|erirny|eho13)\b")
 _LETTERS_RE = re.compile(r"[A-Za-z\u0400-\u04ff\u4e00-\u9fff]{3}")
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _readable(raw: bytes) -> str | None:
@@ -306,6 +313,8 @@ def payloads(text: str, limit: int = 20) -> list[tuple[str, str, tuple[int, int]
                 out.append((kind, decoded, m.span()))
             if len(out) >= limit:
                 return out
-    if len(_ROT13_HINTS.findall(text[:20_000].lower())) >= 2:
+    head = text[:20_000].lower()
+    hints = (m for m in _ROT13_HINTS.finditer(head) if not (m.start() and _word_char(head[m.start() - 1])))
+    if next(hints, None) and next(hints, None):
         out.append(("rot13", codecs.encode(text[:20_000], "rot13"), (0, min(len(text), 20_000))))
     return out

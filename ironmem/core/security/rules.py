@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+import ahocorasick
 import yaml
 
 from .result import CATEGORIES
@@ -90,42 +91,26 @@ def load_rules(text: str) -> tuple[Rule, ...]:
 RULES = load_rules(resources.files(__package__).joinpath("rules.yaml").read_text(encoding="utf-8"))
 
 
-def _trigrams(s: str) -> set[tuple[str, str, str]]:
-    return set(zip(s, s[1:], s[2:]))
+def _needs_automaton(rules: tuple[Rule, ...]) -> ahocorasick.Automaton | None:
+    """An Aho-Corasick automaton of the rules' ``needs`` words (pyahocorasick), or None when there are none."""
+    words = {w for r in rules for w in r.needs}
+    if not words:
+        return None
+    automaton = ahocorasick.Automaton()
+    for word in words:
+        automaton.add_word(word, word)
+    automaton.make_automaton()
+    return automaton
 
 
-@dataclass(frozen=True)
-class _NeedIndex:
-    """The ``needs`` words of a rule list, found in one pass over a view: a word of three or more characters is
-    looked up by its first trigram in the set of the view's trigrams (one C-level pass), then confirmed."""
-
-    short: tuple[str, ...]  # needs under three characters: tested directly
-    by_gram: dict[tuple[str, str, str], tuple[str, ...]]
-
-    @classmethod
-    def build(cls, rules: tuple[Rule, ...]) -> _NeedIndex:
-        by_gram: dict[tuple[str, str, str], set[str]] = {}
-        words = {w for r in rules for w in r.needs}
-        for w in words:
-            if len(w) >= 3:
-                by_gram.setdefault((w[0], w[1], w[2]), set()).add(w)
-        return cls(tuple(w for w in words if len(w) < 3), {g: tuple(ws) for g, ws in by_gram.items()})
-
-    def present(self, view: str) -> set[str]:
-        """The needs words that occur in ``view`` (exactly those ``w in view`` is true for)."""
-        if len(view) > 20_000:  # a long text: one C-level substring search per word beats a set of its trigrams
-            return {w for ws in (self.short, *self.by_gram.values()) for w in ws if w in view}
-        grams = self.by_gram.keys() & _trigrams(view)
-        return {w for w in self.short if w in view} | {w for g in grams for w in self.by_gram[g] if w in view}
-
-
-_INDEX = _NeedIndex.build(RULES)
+_NEEDS = _needs_automaton(RULES)
 
 
 def candidates(view: str, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
     """The rules worth trying on ``view`` (a plain view), in file order: the ones without ``needs`` and the ones
-    with a needs word in ``view``. Same verdicts as trying every rule, in one pass over the text."""
-    present = (_INDEX if rules is RULES else _NeedIndex.build(rules)).present(view)
+    with a needs word in ``view`` (every needs word in the text found in one C-level pass)."""
+    automaton = _NEEDS if rules is RULES else _needs_automaton(rules)
+    present = {w for _, w in automaton.iter(view)} if automaton is not None and view else set()
     return [r for r in rules if not r.needs or not present.isdisjoint(r.needs)]
 
 
