@@ -57,10 +57,15 @@ class Rule:
     pattern: re.Pattern[str]
     match: tuple[str, ...]
     passes: tuple[str, ...]
+    #: a pattern that opens with ``{start}`` (an alternation tried at every position) without it: every match of
+    #: the pattern holds a match of this one, which a fast scan finds or rules out first
+    core: re.Pattern[str] | None = None
 
     def search(self, view: str) -> re.Match[str] | None:
         """The first match in ``view`` (a plain view), tried only when ``view`` holds one of :attr:`needs`."""
         if self.needs and not any(w in view for w in self.needs):
+            return None
+        if self.core is not None and not self.core.search(view):
             return None
         return self.pattern.search(view)
 
@@ -71,8 +76,10 @@ def load_rules(text: str) -> tuple[Rule, ...]:
     for i, raw in enumerate(yaml.safe_load(text) or []):
         rid = raw.get("id", f"rule #{i + 1}")
         source = raw.get("pattern", "")
+        core = source.removeprefix("{start}") if source.startswith("{start}") else None
         for short, expansion in _SHORTHANDS.items():
             source = source.replace(short, expansion)
+            core = core.replace(short, expansion) if core is not None else None
         if raw.get("category") not in CATEGORIES:
             raise ValueError(f"rules.yaml: {rid} has category {raw.get('category')!r}; use one of {CATEGORIES}")
         needs = raw.get("needs") or []
@@ -80,10 +87,11 @@ def load_rules(text: str) -> tuple[Rule, ...]:
             raise ValueError(f"rules.yaml: {rid} needs strings in 'needs' (quote yes, no, true, on ...): {needs}")
         try:
             pattern = re.compile(source, re.MULTILINE)
+            lead_free = re.compile(core, re.MULTILINE) if core is not None else None
         except re.error as exc:
             raise ValueError(f"rules.yaml: {rid} has a pattern that does not compile: {exc}") from exc
         rules.append(Rule(rid, raw["category"], tuple(needs), pattern,
-                          tuple(raw.get("match") or ()), tuple(raw.get("pass") or ())))
+                          tuple(raw.get("match") or ()), tuple(raw.get("pass") or ()), lead_free))
     return tuple(rules)
 
 
@@ -116,4 +124,4 @@ def candidates(view: str, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
 
 def matching(view: str, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
     """The rules that match ``view`` (a plain view), in file order."""
-    return [r for r in candidates(view, rules) if r.pattern.search(view)]
+    return [r for r in candidates(view, rules) if r.search(view)]
