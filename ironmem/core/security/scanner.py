@@ -29,11 +29,11 @@ __all__ = ["MAX_SCAN_CHARS", "THRESHOLDS", "ScanContext", "Thresholds", "scan", 
 @dataclass(frozen=True)
 class Thresholds:
     """The scanner's numbers (the classifier's are chosen by ``tools/train_scanner.py``, which prints the
-    score that keeps out-of-fold false positives at 1%)."""
+    score that keeps out-of-fold false positives within 0.5%)."""
 
     #: the classifier blocks a memory write on its own at this score: at or above the trainer's suggestion, and
     #: above every clean Hermes case (tests/test_security_hermes.py)
-    write: float = 0.80
+    write: float = 0.85
     recall: float = 0.95  #: ... a recalled item (ordinary conversation: it must be surer)
     max_growth: int = 4  #: a plain view more than this many times the input's length is refused
 
