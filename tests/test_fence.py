@@ -537,7 +537,7 @@ def test_the_last_resort_removes_every_bracket_bar_and_colon_in_any_form() -> No
     assert "im_start" in out and "Human" in out  # the words stay, only the structure goes
 
 
-def test_the_benign_security_corpus_passes_byte_identical() -> None:
+def test_the_benign_security_corpus_passes_byte_identical_unless_it_quotes_markup() -> None:
     import json
     from pathlib import Path
 
@@ -545,8 +545,12 @@ def test_the_benign_security_corpus_passes_byte_identical() -> None:
     rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     benign = [r["text"] for r in rows if r["label"] == "benign"]
     assert len(benign) > 400
+    # A note that itself quotes a chat-template token or a role tag (template documentation) is neutralized by
+    # design; every other benign row must pass unchanged. The markup is found here by a plain regex of its own.
+    markup = re.compile(r"<\|[^|<>\n]{1,40}\|>|</?(?:system|user|assistant|memory-context)[\w-]*>", re.IGNORECASE)
     changed = [t for t in benign if sanitize(t) != t]
-    assert changed == []
+    assert [t for t in changed if not markup.search(t)] == []
+    assert len(changed) <= 0.02 * len(benign)
 
 
 def test_a_memory_file_path_is_not_a_fence_tag() -> None:
