@@ -76,10 +76,10 @@ def load_rules(text: str) -> tuple[Rule, ...]:
     for i, raw in enumerate(yaml.safe_load(text) or []):
         rid = raw.get("id", f"rule #{i + 1}")
         source = raw.get("pattern", "")
-        core = source.removeprefix("{start}") if source.startswith("{start}") else None
+        core_source = source.removeprefix("{start}") if source.startswith("{start}") else None
         for short, expansion in _SHORTHANDS.items():
             source = source.replace(short, expansion)
-            core = core.replace(short, expansion) if core is not None else None
+            core_source = core_source.replace(short, expansion) if core_source is not None else None
         if raw.get("category") not in CATEGORIES:
             raise ValueError(f"rules.yaml: {rid} has category {raw.get('category')!r}; use one of {CATEGORIES}")
         needs = raw.get("needs") or []
@@ -87,11 +87,11 @@ def load_rules(text: str) -> tuple[Rule, ...]:
             raise ValueError(f"rules.yaml: {rid} needs strings in 'needs' (quote yes, no, true, on ...): {needs}")
         try:
             pattern = re.compile(source, re.MULTILINE)
-            lead_free = re.compile(core, re.MULTILINE) if core is not None else None
+            core = re.compile(core_source, re.MULTILINE) if core_source is not None else None
         except re.error as exc:
             raise ValueError(f"rules.yaml: {rid} has a pattern that does not compile: {exc}") from exc
         rules.append(Rule(rid, raw["category"], tuple(needs), pattern,
-                          tuple(raw.get("match") or ()), tuple(raw.get("pass") or ()), lead_free))
+                          tuple(raw.get("match") or ()), tuple(raw.get("pass") or ()), core))
     return tuple(rules)
 
 
