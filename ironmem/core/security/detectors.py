@@ -314,7 +314,7 @@ def payloads(text: str, limit: int = 20) -> list[tuple[str, str, tuple[int, int]
             if len(out) >= limit:
                 return out
     head = text[:20_000].lower()
-    hints = (m for m in _ROT13_HINTS.finditer(head) if not (m.start() and _word_char(head[m.start() - 1])))
-    if next(hints, None) and next(hints, None):
+    starts = [m.start() for m in _ROT13_HINTS.finditer(head)]
+    if sum(s == 0 or not _word_char(head[s - 1]) for s in starts) >= 2:
         out.append(("rot13", codecs.encode(text[:20_000], "rot13"), (0, min(len(text), 20_000))))
     return out

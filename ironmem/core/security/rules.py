@@ -65,6 +65,10 @@ class Rule:
         """The first match in ``view`` (a plain view), tried only when ``view`` holds one of :attr:`needs`."""
         if self.needs and not any(w in view for w in self.needs):
             return None
+        return self.find(view)
+
+    def find(self, view: str) -> re.Match[str] | None:
+        """:meth:`search` for a view known to hold one of :attr:`needs` (a rule :func:`candidates` returned)."""
         if self.core is not None and not self.core.search(view):
             return None
         return self.pattern.search(view)
@@ -124,4 +128,4 @@ def candidates(view: str, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
 
 def matching(view: str, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
     """The rules that match ``view`` (a plain view), in file order."""
-    return [r for r in candidates(view, rules) if r.search(view)]
+    return [r for r in candidates(view, rules) if r.find(view)]

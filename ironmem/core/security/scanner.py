@@ -51,7 +51,7 @@ def _findings(text: str, view: str, context: str, classifier: Classifier, depth:
     """What blocks ``text`` (``view`` is its plain view): the first part that finds anything decides."""
     found = hidden_text(text, context) + lookalikes(text, context) + forgeries(text, context)
     for rule in candidates(view) if not found else ():
-        m = rule.search(view)
+        m = rule.find(view)
         if m:
             return [Finding(rule.category, rule.id, m.span(), m.group(0)[:120])]
     for kind, decoded, span in payloads(text) if depth == 0 and not found else ():
